@@ -1,0 +1,156 @@
+//! The benchmark's configuration, as the CLI fills it and as the JSON report records it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which OpenAI endpoint to load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    Chat,
+    Completions,
+}
+
+impl Endpoint {
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "/v1/chat/completions",
+            Endpoint::Completions => "/v1/completions",
+        }
+    }
+}
+
+/// Where the prompts come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatasetSpec {
+    /// The built-in set of realistic chat prompts.
+    Synthetic,
+    /// Random words, about this many tokens per prompt.
+    Random { input_tokens: usize },
+    /// The ShareGPT V3 file SGLang's and vLLM's benchmarks use (fetched by the CLI).
+    ShareGpt,
+    /// A JSONL file (`{"prompt"}` or `{"messages"}` per line) or a ShareGPT-style JSON array.
+    File(PathBuf),
+}
+
+impl DatasetSpec {
+    /// Parses `synthetic`, `random:N`, `sharegpt` or a file path.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "synthetic" => Ok(Self::Synthetic),
+            "sharegpt" => Ok(Self::ShareGpt),
+            _ => match s.strip_prefix("random:") {
+                Some(n) => match n.parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(Self::Random { input_tokens: n }),
+                    _ => Err(format!(
+                        "`{s}`: random:N needs a positive number of input tokens"
+                    )),
+                },
+                None => Ok(Self::File(PathBuf::from(s))),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchConfig {
+    pub base_url: String,
+    /// `None`: the first id of `GET /v1/models`.
+    pub model: Option<String>,
+    pub max_tokens: u32,
+    pub concurrency: Vec<usize>,
+    pub requests_per_level: usize,
+    pub warmup_requests: usize,
+    pub endpoint: Endpoint,
+    pub stream: bool,
+    pub ignore_eos: bool,
+    pub temperature: f32,
+    pub seed: u64,
+    /// Poisson arrivals at this many requests per second, capped by the level's concurrency.
+    pub request_rate: Option<f64>,
+    #[serde(with = "duration_secs")]
+    pub timeout: Duration,
+    pub dataset: DatasetSpec,
+    /// Merged into every request body (overrides the fields the benchmark sets).
+    pub extra_body: Map<String, Value>,
+    /// Extra HTTP headers. Values are not written to reports (they may hold secrets).
+    #[serde(skip)]
+    pub headers: Vec<(String, String)>,
+    #[serde(skip)]
+    pub api_key: Option<String>,
+    pub keep_alive: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "http://localhost:30000".into(),
+            model: None,
+            max_tokens: 200,
+            concurrency: vec![1, 2, 5, 10, 30, 70, 100, 250],
+            requests_per_level: 30,
+            warmup_requests: 5,
+            endpoint: Endpoint::Chat,
+            stream: true,
+            ignore_eos: true,
+            temperature: 0.0,
+            seed: 1,
+            request_rate: None,
+            timeout: Duration::from_secs(600),
+            dataset: DatasetSpec::Synthetic,
+            extra_body: Map::new(),
+            headers: Vec::new(),
+            api_key: None,
+            keep_alive: true,
+        }
+    }
+}
+
+mod duration_secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dataset_specs_parse() {
+        assert_eq!(DatasetSpec::parse("synthetic"), Ok(DatasetSpec::Synthetic));
+        assert_eq!(DatasetSpec::parse("sharegpt"), Ok(DatasetSpec::ShareGpt));
+        assert_eq!(
+            DatasetSpec::parse("random:128"),
+            Ok(DatasetSpec::Random { input_tokens: 128 })
+        );
+        assert!(DatasetSpec::parse("random:0").is_err());
+        assert!(DatasetSpec::parse("random:x").is_err());
+        assert_eq!(
+            DatasetSpec::parse("p.jsonl"),
+            Ok(DatasetSpec::File("p.jsonl".into()))
+        );
+    }
+
+    #[test]
+    fn defaults_are_the_documented_sweep() {
+        let c = BenchConfig::default();
+        assert_eq!(c.concurrency, [1, 2, 5, 10, 30, 70, 100, 250]);
+        assert_eq!(
+            (c.max_tokens, c.requests_per_level, c.warmup_requests),
+            (200, 30, 5)
+        );
+        assert!(c.ignore_eos && c.stream);
+    }
+}

@@ -1,0 +1,434 @@
+//! A mock OpenAI server: streams real SSE chunks (with `usage`) at a set pace, and on request
+//! misbehaves in the ways real servers do, so the benchmark can be tested and measured alone.
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use protocol::{
+    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChunkChoice, Completion,
+    CompletionChoice, Delta, ErrorResponse, ModelCard, ModelList, Usage,
+};
+use serde::Serialize;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::time::{Instant, sleep_until};
+
+/// How a faulty request misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    #[default]
+    None,
+    /// Answer 500 with an OpenAI error body.
+    Http500,
+    /// Stream half the tokens, then cut the connection.
+    Drop,
+    /// Send an event that is not JSON after the first token.
+    BadJson,
+    /// Never answer (until the client gives up).
+    Hang,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MockConfig {
+    pub model: String,
+    /// Pace of each stream (every request streams at this rate, whatever the load).
+    pub tokens_per_second: f64,
+    pub ttft_ms: f64,
+    /// Spreads TTFT evenly over [ttft, ttft + jitter]: request k waits
+    /// ttft + jitter × ((37k mod 100) / 99), so every 100 requests cover the range exactly.
+    pub ttft_jitter_ms: f64,
+    /// Tokens per content chunk (more than one mimics speculative decoding).
+    pub tokens_per_chunk: usize,
+    /// Send `usage` when the client asks for it.
+    pub usage: bool,
+    pub fault: Fault,
+    /// The fault hits every Nth request (1: all of them).
+    pub fault_every: u64,
+    /// Without `ignore_eos`, stop with "stop" after this many tokens.
+    pub eos_after: Option<u32>,
+    pub default_max_tokens: u32,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        Self {
+            model: "mock-model".into(),
+            tokens_per_second: 100.0,
+            ttft_ms: 20.0,
+            ttft_jitter_ms: 0.0,
+            tokens_per_chunk: 1,
+            usage: true,
+            fault: Fault::None,
+            fault_every: 1,
+            eos_after: None,
+            default_max_tokens: 16,
+        }
+    }
+}
+
+impl MockConfig {
+    /// Rejects settings the mock cannot serve (a clear message for the CLI).
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.tokens_per_second.is_finite() && self.tokens_per_second > 0.0) {
+            return Err("tokens per second must be a positive number".into());
+        }
+        if !(self.ttft_ms >= 0.0 && self.ttft_jitter_ms >= 0.0) {
+            return Err("TTFT and its jitter must not be negative".into());
+        }
+        if self.tokens_per_chunk == 0 || self.fault_every == 0 {
+            return Err("tokens per chunk and fault-every must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+struct Shared {
+    cfg: MockConfig,
+    requests: AtomicU64,
+}
+
+/// Serves until the process ends.
+pub async fn serve(listener: TcpListener, cfg: MockConfig) -> std::io::Result<()> {
+    let state = Arc::new(Shared {
+        cfg,
+        requests: AtomicU64::new(0),
+    });
+    let app = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .with_state(state);
+    // Without TCP_NODELAY, Nagle's algorithm holds the first token behind the role chunk until
+    // the client's delayed ACK (~40 ms), which would distort every TTFT measured against the mock.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("cannot set TCP_NODELAY: {e}");
+        }
+    });
+    axum::serve(listener, app).await
+}
+
+/// Starts a mock on a free loopback port in this process; returns its address.
+pub async fn spawn(cfg: MockConfig) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = serve(listener, cfg).await {
+            tracing::error!("mock server stopped: {e}");
+        }
+    });
+    Ok(addr)
+}
+
+async fn models(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    axum::Json(ModelList {
+        object: "list".into(),
+        data: vec![ModelCard {
+            id: s.cfg.model.clone(),
+            object: "model".into(),
+            created: 0,
+            owned_by: "specula-mock".into(),
+        }],
+    })
+}
+
+async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+    generate(s, body, Kind::Chat).await
+}
+
+async fn completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+    generate(s, body, Kind::Completions).await
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Chat,
+    Completions,
+}
+
+/// What one request asked for, and how it will be answered.
+struct Plan {
+    kind: Kind,
+    model: String,
+    stream: bool,
+    include_usage: bool,
+    tokens: u32,
+    finish: &'static str,
+    prompt_tokens: u64,
+    fault: Fault,
+    /// When the first token is due.
+    first_at: Instant,
+    /// Seconds between tokens.
+    gap: f64,
+}
+
+impl Plan {
+    fn token_due(&self, i: u32) -> Instant {
+        self.first_at + Duration::from_secs_f64(self.gap * f64::from(i))
+    }
+
+    fn usage(&self, completion_tokens: u32) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: u64::from(completion_tokens),
+            total_tokens: self.prompt_tokens + u64::from(completion_tokens),
+            prompt_tokens_details: None,
+        }
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    let kind = if status.is_server_error() {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    (
+        status,
+        axum::Json(ErrorResponse::new(message, kind, status.as_u16())),
+    )
+        .into_response()
+}
+
+async fn generate(s: Arc<Shared>, body: Bytes, kind: Kind) -> Response {
+    let start = Instant::now();
+    let k = s.requests.fetch_add(1, Ordering::Relaxed);
+    let cfg = &s.cfg;
+    let req: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("invalid JSON body: {e}")),
+    };
+    let fault = if cfg.fault != Fault::None && (k + 1).is_multiple_of(cfg.fault_every.max(1)) {
+        cfg.fault
+    } else {
+        Fault::None
+    };
+    match fault {
+        Fault::Http500 => {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: injected failure");
+        }
+        Fault::Hang => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            return error(StatusCode::GATEWAY_TIMEOUT, "mock: hung");
+        }
+        _ => {}
+    }
+    let max_tokens = req["max_tokens"]
+        .as_u64()
+        .or_else(|| req["max_completion_tokens"].as_u64())
+        .map_or(cfg.default_max_tokens, |n| {
+            n.min(u64::from(u32::MAX)) as u32
+        });
+    let ignore_eos = req["ignore_eos"].as_bool().unwrap_or(false);
+    let (tokens, finish) = match cfg.eos_after {
+        Some(n) if !ignore_eos && n < max_tokens => (n, "stop"),
+        _ => (max_tokens, "length"),
+    };
+    let spread = f64::from(((k * 37) % 100) as u32) / 99.0;
+    let ttft = (cfg.ttft_ms + cfg.ttft_jitter_ms * spread) / 1000.0;
+    let plan = Plan {
+        kind,
+        model: req["model"].as_str().unwrap_or(&cfg.model).to_string(),
+        stream: req["stream"].as_bool().unwrap_or(false),
+        include_usage: cfg.usage && req["stream_options"]["include_usage"].as_bool() == Some(true),
+        tokens,
+        finish,
+        prompt_tokens: prompt_words(&req),
+        fault,
+        first_at: start + Duration::from_secs_f64(ttft),
+        gap: 1.0 / cfg.tokens_per_second.max(1e-3),
+    };
+    if plan.stream {
+        stream_response(plan, cfg.tokens_per_chunk.max(1))
+    } else {
+        sleep_until(plan.token_due(plan.tokens.saturating_sub(1))).await;
+        whole_response(&plan, cfg.usage)
+    }
+}
+
+/// A stand-in for prompt tokens: the words of the prompt or messages.
+fn prompt_words(req: &Value) -> u64 {
+    let words = |v: &Value| {
+        v.as_str()
+            .map_or(0, |s| s.split_whitespace().count() as u64)
+    };
+    match req.get("messages").and_then(Value::as_array) {
+        Some(msgs) => msgs.iter().map(|m| words(&m["content"])).sum(),
+        None => words(&req["prompt"]),
+    }
+}
+
+const WORDS: [&str; 8] = [
+    " the", " quick", " brown", " fox", " jumps", " over", " a", " dog",
+];
+
+fn text_of(from: u32, to: u32) -> String {
+    (from..to)
+        .map(|i| WORDS[i as usize % WORDS.len()])
+        .collect()
+}
+
+fn whole_response(plan: &Plan, usage: bool) -> Response {
+    let usage = usage.then(|| plan.usage(plan.tokens));
+    let text = text_of(0, plan.tokens);
+    match plan.kind {
+        Kind::Chat => axum::Json(ChatCompletion {
+            id: "chatcmpl-mock".into(),
+            object: "chat.completion".into(),
+            created: 0,
+            model: plan.model.clone(),
+            choices: vec![ChatChoice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant".into(),
+                    content: Some(text),
+                },
+                finish_reason: Some(plan.finish.into()),
+            }],
+            usage,
+        })
+        .into_response(),
+        Kind::Completions => axum::Json(Completion {
+            id: "cmpl-mock".into(),
+            object: "text_completion".into(),
+            created: 0,
+            model: plan.model.clone(),
+            choices: vec![CompletionChoice {
+                index: 0,
+                text,
+                finish_reason: Some(plan.finish.into()),
+            }],
+            usage,
+        })
+        .into_response(),
+    }
+}
+
+/// What one streamed chunk carries.
+enum Chunk {
+    /// The opening chunk: the assistant role and no content.
+    Role,
+    Text(String),
+    /// An empty delta with the finish reason, as OpenAI sends it.
+    Finish,
+    /// No choices, only `usage`.
+    Usage,
+}
+
+/// The SSE event for one chunk.
+fn event(plan: &Plan, chunk: Chunk) -> Bytes {
+    let finish_reason = matches!(chunk, Chunk::Finish).then(|| plan.finish.to_string());
+    let usage = matches!(chunk, Chunk::Usage).then(|| plan.usage(plan.tokens));
+    let with_choice = usage.is_none();
+    let json = match plan.kind {
+        Kind::Chat => serde_json::to_vec(&ChatCompletionChunk {
+            id: "chatcmpl-mock".into(),
+            object: "chat.completion.chunk".into(),
+            created: 0,
+            model: plan.model.clone(),
+            choices: with_choice
+                .then(|| ChunkChoice {
+                    index: 0,
+                    delta: match chunk {
+                        Chunk::Role => Delta {
+                            role: Some("assistant".into()),
+                            content: Some(String::new()),
+                            reasoning_content: None,
+                        },
+                        Chunk::Text(text) => Delta {
+                            content: Some(text),
+                            ..Delta::default()
+                        },
+                        Chunk::Finish | Chunk::Usage => Delta::default(),
+                    },
+                    finish_reason,
+                })
+                .into_iter()
+                .collect(),
+            usage,
+        }),
+        Kind::Completions => serde_json::to_vec(&Completion {
+            id: "cmpl-mock".into(),
+            object: "text_completion".into(),
+            created: 0,
+            model: plan.model.clone(),
+            choices: with_choice
+                .then(|| CompletionChoice {
+                    index: 0,
+                    text: match chunk {
+                        Chunk::Text(text) => text,
+                        _ => String::new(),
+                    },
+                    finish_reason,
+                })
+                .into_iter()
+                .collect(),
+            usage,
+        }),
+    }
+    .expect("chunk serialises");
+    let mut out = Vec::with_capacity(json.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// What the stream sends next: the role chunk, content chunks, then (after `Finish` was sent)
+/// usage and `[DONE]`.
+enum Step {
+    Role,
+    Content(u32),
+    Finish,
+    Usage,
+    /// `[DONE]` went out, or the stream was cut.
+    Done,
+}
+
+fn stream_response(plan: Plan, per_chunk: usize) -> Response {
+    let per_chunk = per_chunk as u32;
+    let stream = futures_util::stream::unfold((plan, Step::Role), move |(plan, step)| async move {
+        let (item, next) = match step {
+            Step::Role => (Ok(event(&plan, Chunk::Role)), Step::Content(0)),
+            Step::Content(from) if from >= plan.tokens => {
+                (Ok(event(&plan, Chunk::Finish)), Step::Finish)
+            }
+            Step::Content(from) => {
+                let to = (from + per_chunk).min(plan.tokens);
+                if plan.fault == Fault::Drop && from >= plan.tokens / 2 {
+                    let cut = std::io::Error::other("mock: connection dropped");
+                    return Some((Err(cut), (plan, Step::Done)));
+                }
+                sleep_until(plan.token_due(to - 1)).await;
+                if plan.fault == Fault::BadJson && from > 0 {
+                    let bad = Bytes::from_static(b"data: {\"choices\": [oops\n\n");
+                    return Some((Ok(bad), (plan, Step::Done)));
+                }
+                (
+                    Ok(event(&plan, Chunk::Text(text_of(from, to)))),
+                    Step::Content(to),
+                )
+            }
+            // The finish chunk went out: usage next, if asked for.
+            Step::Finish if plan.include_usage => (Ok(event(&plan, Chunk::Usage)), Step::Usage),
+            Step::Finish | Step::Usage => (Ok(Bytes::from_static(b"data: [DONE]\n\n")), Step::Done),
+            Step::Done => return None,
+        };
+        Some((item, (plan, next)))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("static response parts are valid")
+}

@@ -1,0 +1,165 @@
+//! Workloads: which prompts are sent, and when (the arrival schedule).
+
+mod arrivals;
+mod file;
+mod random;
+mod synthetic;
+
+pub use arrivals::poisson_offsets;
+pub use file::{LoadNote, load_file, parse_jsonl, parse_sharegpt};
+
+use crate::config::DatasetSpec;
+use protocol::ChatMessage;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("cannot read dataset {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("dataset {path}, line {line}: {message}")]
+    BadLine {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("dataset {path}: {message}")]
+    BadFile { path: PathBuf, message: String },
+    #[error("dataset {0}: no usable prompts")]
+    Empty(String),
+    #[error("the `sharegpt` dataset must be resolved to a file before loading")]
+    Unresolved,
+}
+
+/// One prompt: plain text (sent as a single user message to the chat endpoint) or a conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Messages(Vec<ChatMessage>),
+}
+
+impl Prompt {
+    /// The messages for the chat endpoint.
+    pub fn messages(&self) -> Vec<ChatMessage> {
+        match self {
+            Prompt::Text(t) => vec![ChatMessage::user(t.clone())],
+            Prompt::Messages(m) => m.clone(),
+        }
+    }
+
+    /// The text for the completions endpoint: the prompt, or the last user message.
+    pub fn text(&self) -> String {
+        match self {
+            Prompt::Text(t) => t.clone(),
+            Prompt::Messages(m) => m
+                .iter()
+                .rev()
+                .find(|m| m.role == "user")
+                .or(m.last())
+                .map(ChatMessage::text)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The prompts of a run, in the (seeded) order requests take them.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    pub name: String,
+    pub prompts: Vec<Prompt>,
+    /// Things worth telling the user once (skipped lines, a truncated file).
+    pub notes: Vec<String>,
+}
+
+impl Dataset {
+    /// Loads the dataset and shuffles it with `seed`. `min_prompts` sizes generated sets.
+    pub fn load(spec: &DatasetSpec, seed: u64, min_prompts: usize) -> Result<Self, WorkloadError> {
+        let (name, mut prompts, notes) = match spec {
+            DatasetSpec::Synthetic => ("synthetic".to_string(), synthetic::prompts(), Vec::new()),
+            DatasetSpec::Random { input_tokens } => (
+                format!("random:{input_tokens}"),
+                random::prompts(*input_tokens, min_prompts.max(1), seed),
+                Vec::new(),
+            ),
+            DatasetSpec::ShareGpt => return Err(WorkloadError::Unresolved),
+            DatasetSpec::File(path) => {
+                let (prompts, notes) = load_file(path)?;
+                (path.display().to_string(), prompts, notes)
+            }
+        };
+        if prompts.is_empty() {
+            return Err(WorkloadError::Empty(name));
+        }
+        prompts.shuffle(&mut StdRng::seed_from_u64(seed));
+        Ok(Self {
+            name,
+            prompts,
+            notes,
+        })
+    }
+
+    /// The prompt of the `i`th measured request of a level (the same at every level).
+    pub fn request_prompt(&self, i: usize) -> &Prompt {
+        &self.prompts[i % self.prompts.len()]
+    }
+
+    /// The prompt of the `i`th warm-up request, taken from the end so it differs from the first
+    /// measured ones where the set is large enough (warming a prefix cache would flatter C=1).
+    pub fn warmup_prompt(&self, i: usize) -> &Prompt {
+        let n = self.prompts.len();
+        &self.prompts[n - 1 - (i % n)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_is_large_and_varied() {
+        let d = Dataset::load(&DatasetSpec::Synthetic, 1, 0).unwrap();
+        assert!(d.prompts.len() >= 100, "{} prompts", d.prompts.len());
+        let mut lens: Vec<usize> = d.prompts.iter().map(|p| p.text().len()).collect();
+        lens.sort();
+        assert!(
+            lens[lens.len() - 1] > 8 * lens[0],
+            "lengths should vary a lot"
+        );
+    }
+
+    #[test]
+    fn seed_fixes_the_order() {
+        let a = Dataset::load(&DatasetSpec::Synthetic, 7, 0).unwrap();
+        let b = Dataset::load(&DatasetSpec::Synthetic, 7, 0).unwrap();
+        let c = Dataset::load(&DatasetSpec::Synthetic, 8, 0).unwrap();
+        assert_eq!(a.prompts, b.prompts);
+        assert_ne!(a.prompts, c.prompts);
+    }
+
+    #[test]
+    fn random_makes_enough_prompts() {
+        let d = Dataset::load(&DatasetSpec::Random { input_tokens: 64 }, 1, 40).unwrap();
+        assert_eq!(d.prompts.len(), 40);
+        assert_eq!(d.request_prompt(41), &d.prompts[1]);
+    }
+
+    #[test]
+    fn completions_text_of_a_conversation_is_the_last_user_turn() {
+        let p = Prompt::Messages(vec![
+            ChatMessage::user("first"),
+            ChatMessage {
+                role: "assistant".into(),
+                content: Some("reply".into()),
+                extra: Default::default(),
+            },
+            ChatMessage::user("second"),
+        ]);
+        assert_eq!(p.text(), "second");
+        assert_eq!(p.messages().len(), 3);
+    }
+}

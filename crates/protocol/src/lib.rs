@@ -1,0 +1,265 @@
+//! OpenAI wire types, shared by the server, the benchmark client and the mock server.
+//!
+//! Only serde types live here (no I/O). Request types keep unknown fields in `extra` so that
+//! engine-specific parameters (`ignore_eos`, `top_k`, ...) pass through untouched.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A chat message. `content` stays a JSON value: OpenAI allows a string or an array of parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ChatMessage {
+    pub fn user(text: impl Into<String>) -> Self {
+        Self {
+            role: "user".into(),
+            content: Some(Value::String(text.into())),
+            extra: Map::new(),
+        }
+    }
+
+    /// The text of the message: the string content, or its text parts joined.
+    pub fn text(&self) -> String {
+        match &self.content {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(""),
+            _ => String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionRequest {
+    #[serde(default)]
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `prompt` of a legacy completion: a string or a list of strings (token-id prompts pass as JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Other(Value),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionRequest {
+    #[serde(default)]
+    pub model: String,
+    pub prompt: Prompt,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    #[serde(default)]
+    pub cached_tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Delta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkChoice {
+    pub index: u32,
+    pub delta: Delta,
+    pub finish_reason: Option<String>,
+}
+
+/// One `data:` event of a streamed chat completion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChunkChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    pub role: String,
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: AssistantMessage,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletion {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Option<Usage>,
+}
+
+/// A choice of a legacy completion, streamed or not (the shape is the same).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub finish_reason: Option<String>,
+}
+
+/// A legacy completion response, or one streamed chunk of it (`object` says which).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub owned_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelList {
+    pub object: String,
+    pub data: Vec<ModelCard>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub param: Option<String>,
+    #[serde(default)]
+    pub code: Option<Value>,
+}
+
+/// The OpenAI error envelope: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    pub error: ErrorBody,
+}
+
+impl ErrorResponse {
+    pub fn new(message: impl Into<String>, kind: impl Into<String>, code: u16) -> Self {
+        Self {
+            error: ErrorBody {
+                message: message.into(),
+                kind: kind.into(),
+                param: None,
+                code: Some(Value::from(code)),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_keeps_engine_specific_fields() {
+        let json = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],
+            "max_tokens":5,"stream":true,"ignore_eos":true,"top_k":3}"#;
+        let req: ChatCompletionRequest = serde_json::from_str(json).unwrap();
+        assert_eq!(req.extra.get("ignore_eos"), Some(&Value::Bool(true)));
+        assert_eq!(req.extra.get("top_k"), Some(&Value::from(3)));
+        let back = serde_json::to_value(&req).unwrap();
+        assert_eq!(back["ignore_eos"], Value::Bool(true));
+        assert_eq!(req.messages[0].text(), "hi");
+    }
+
+    #[test]
+    fn message_text_joins_parts() {
+        let msg: ChatMessage = serde_json::from_str(
+            r#"{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(msg.text(), "ab");
+    }
+
+    #[test]
+    fn completion_prompt_forms() {
+        let one: CompletionRequest = serde_json::from_str(r#"{"prompt":"x"}"#).unwrap();
+        assert_eq!(one.prompt, Prompt::Text("x".into()));
+        let many: CompletionRequest = serde_json::from_str(r#"{"prompt":["x","y"]}"#).unwrap();
+        assert_eq!(many.prompt, Prompt::Texts(vec!["x".into(), "y".into()]));
+    }
+
+    #[test]
+    fn error_envelope_shape() {
+        let v =
+            serde_json::to_value(ErrorResponse::new("bad", "invalid_request_error", 400)).unwrap();
+        assert_eq!(v["error"]["message"], "bad");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["code"], 400);
+    }
+}

@@ -1,0 +1,72 @@
+//! The `specula` binary: a thin CLI over the library crates, one module per subcommand.
+
+mod assets;
+mod bench_cmd;
+mod demo;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "specula",
+    version,
+    about = "LLM serving engine and parallel throughput benchmark"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmark an OpenAI-compatible server across concurrency levels.
+    Bench(bench_cmd::BenchArgs),
+    /// Run the default benchmark sweep against the built-in mock server.
+    Demo(demo::DemoArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => exit_with(1, &format!("cannot start the async runtime: {e}")),
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Bench(args) => bench_cmd::run(args).await,
+            Command::Demo(args) => demo::run(args).await,
+        }
+    });
+    // Leftover tasks (a mock server, hung requests) must not hold the process open.
+    runtime.shutdown_background();
+    if let Err(e) = result {
+        exit_with(e.code, &format!("{:#}", e.error));
+    }
+}
+
+fn exit_with(code: i32, message: &str) -> ! {
+    eprintln!("error: {message}");
+    std::process::exit(code)
+}
+
+/// An error with the process exit code it calls for.
+pub struct Failure {
+    pub code: i32,
+    pub error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Self {
+            code: 1,
+            error: e.into(),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# build-llama-cpp.sh — build llama.cpp's llama-server (and a few tools) as a comparison peer.
+#
+# llama.cpp's source is only reachable here as the `vendor/llama.cpp` folder inside the
+# `llama-cpp-python` source distribution, so this script downloads that sdist with pip, unpacks
+# it and builds with CMake + Ninja:
+#
+#     llama-server  llama-bench  llama-batched-bench  llama-tokenize  llama-perplexity
+#
+# Everything lives in a scratch folder outside the repository (never commit source or binaries):
+#
+#     ${LLAMA_CPP_DIR:-${SPECULA_HOME:-$HOME/.cache/specula}/peers/llama.cpp}
+#         sdist/                         downloaded llama_cpp_python-VERSION.tar.gz
+#         src/llama_cpp_python-VERSION/  unpacked sdist (llama.cpp under vendor/llama.cpp)
+#         build/bin/                     the binaries
+#         VERSION                        what was built (llama-cpp-python version, llama.cpp build)
+#
+# Usage:
+#     scripts/build-llama-cpp.sh            # prints the bin folder as the last line of stdout
+#     BIN=$(scripts/build-llama-cpp.sh | tail -n1); "$BIN/llama-server" --version
+#
+# Environment:
+#     SPECULA_HOME              cache root (default: $HOME/.cache/specula)
+#     LLAMA_CPP_DIR             scratch folder (default: $SPECULA_HOME/peers/llama.cpp)
+#     LLAMA_CPP_PYTHON_VERSION  llama-cpp-python sdist version to take llama.cpp from (default below)
+#     BUILD_JOBS                ninja parallelism (default: 2)
+#     PYTHON                    python interpreter to use (default: python3)
+#
+# Build tools (cmake, ninja-build via apt-get; scikit-build-core via pip, needed by pip to read the
+# sdist's metadata with --no-build-isolation) are installed when missing. If the binaries for the
+# requested version already exist, nothing is rebuilt. A full build takes about 4 minutes on 2 cores.
+set -euo pipefail
+
+# Pinned after a first build: llama-cpp-python 0.3.36 was the newest sdist at the time.
+LLAMA_CPP_PYTHON_VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+PYTHON="${PYTHON:-python3}"
+BUILD_JOBS="${BUILD_JOBS:-2}"
+SPECULA_HOME="${SPECULA_HOME:-$HOME/.cache/specula}"
+LLAMA_CPP_DIR="${LLAMA_CPP_DIR:-$SPECULA_HOME/peers/llama.cpp}"
+TARGETS=(llama-server llama-bench llama-batched-bench llama-tokenize llama-perplexity)
+
+log() { echo "build-llama-cpp: $*" >&2; }
+die() { echo "build-llama-cpp: error: $*" >&2; exit 1; }
+
+mkdir -p "$LLAMA_CPP_DIR"
+# Resolve symlinks: the sdist's vendor/llama.cpp/.git pointer file breaks ninja when the source is
+# configured through a symlinked path.
+LLAMA_CPP_DIR="$(cd -P "$LLAMA_CPP_DIR" && pwd)"
+BUILD_DIR="$LLAMA_CPP_DIR/build"
+BIN_DIR="$BUILD_DIR/bin"
+VERSION_FILE="$LLAMA_CPP_DIR/VERSION"
+WANT_VERSION_LINE="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+
+all_built() {
+    local t
+    for t in "${TARGETS[@]}"; do
+        [[ -x "$BIN_DIR/$t" ]] || return 1
+    done
+    [[ -f "$VERSION_FILE" ]] && [[ "$(head -n1 "$VERSION_FILE")" == "$WANT_VERSION_LINE" ]]
+}
+
+if all_built; then
+    log "already built ($WANT_VERSION_LINE)"
+    echo "$BIN_DIR"
+    exit 0
+fi
+
+# --- build tools -------------------------------------------------------------------------------
+as_root() {
+    if [[ "$(id -u)" -eq 0 ]]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+    else die "need root (or sudo) to run: $*"
+    fi
+}
+
+missing_pkgs=()
+command -v cmake >/dev/null 2>&1 || missing_pkgs+=(cmake)
+command -v ninja >/dev/null 2>&1 || missing_pkgs+=(ninja-build)
+if [[ ${#missing_pkgs[@]} -gt 0 ]]; then
+    command -v apt-get >/dev/null 2>&1 || die "missing ${missing_pkgs[*]} and no apt-get to install them"
+    log "installing ${missing_pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! as_root apt-get install -y -q "${missing_pkgs[@]}" >&2; then
+        log "apt-get install failed; running apt-get update and retrying"
+        as_root apt-get update -q >&2
+        as_root apt-get install -y -q "${missing_pkgs[@]}" >&2
+    fi
+fi
+command -v cc >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 || die "a C/C++ compiler (cc, c++) is required"
+
+if ! "$PYTHON" -c 'import scikit_build_core' >/dev/null 2>&1; then
+    log "installing scikit-build-core"
+    "$PYTHON" -m pip install --quiet scikit-build-core >&2
+fi
+
+# --- source ------------------------------------------------------------------------------------
+SDIST_DIR="$LLAMA_CPP_DIR/sdist"
+SRC_PARENT="$LLAMA_CPP_DIR/src"
+SRC_DIR="$SRC_PARENT/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
+LLAMA_SRC="$SRC_DIR/vendor/llama.cpp"
+
+if [[ ! -f "$LLAMA_SRC/CMakeLists.txt" ]]; then
+    mkdir -p "$SDIST_DIR" "$SRC_PARENT"
+    sdist="$SDIST_DIR/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+    if [[ ! -f "$sdist" ]]; then
+        log "downloading llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION sdist"
+        # --no-build-isolation: otherwise pip builds cmake from source just to read the metadata.
+        "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+            -d "$SDIST_DIR" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" >&2
+    fi
+    [[ -f "$sdist" ]] || die "sdist not found after download: $sdist"
+    log "unpacking $(basename "$sdist")"
+    rm -rf "$SRC_DIR"
+    tar -xzf "$sdist" -C "$SRC_PARENT"
+    [[ -f "$LLAMA_SRC/CMakeLists.txt" ]] || die "no vendor/llama.cpp/CMakeLists.txt in the sdist"
+fi
+
+# --- configure + build -------------------------------------------------------------------------
+# A build folder configured from another source tree (another version) must be started afresh.
+if [[ -f "$BUILD_DIR/CMakeCache.txt" ]] &&
+   ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$LLAMA_SRC" "$BUILD_DIR/CMakeCache.txt"; then
+    log "build folder belongs to another source tree; removing it"
+    rm -rf "$BUILD_DIR"
+fi
+
+log "configuring ($LLAMA_SRC)"
+cmake -S "$LLAMA_SRC" -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON \
+    -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_CURL=OFF >&2
+
+log "building ${TARGETS[*]} with -j$BUILD_JOBS"
+start=$SECONDS
+ninja -C "$BUILD_DIR" -j"$BUILD_JOBS" "${TARGETS[@]}" >&2
+log "build took $((SECONDS - start)) s"
+
+for t in "${TARGETS[@]}"; do
+    [[ -x "$BIN_DIR/$t" ]] || die "$t was not produced in $BIN_DIR"
+done
+
+{
+    echo "$WANT_VERSION_LINE"
+    "$BIN_DIR/llama-server" --version 2>&1 | grep -E '^(version|built with)' || true
+} > "$VERSION_FILE"
+log "recorded $(tr '\n' ' ' < "$VERSION_FILE")"
+
+echo "$BIN_DIR"

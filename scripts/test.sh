@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The project's test command (the README's second command; .ci/run calls it too).
+# Tests run optimised ([profile.test] opt-level 3): the end-to-end ones start the real binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --workspace --release "$@"
