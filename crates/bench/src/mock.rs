@@ -4,7 +4,7 @@
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
@@ -56,6 +56,9 @@ pub struct MockConfig {
     /// Without `ignore_eos`, stop with "stop" after this many tokens.
     pub eos_after: Option<u32>,
     pub default_max_tokens: u32,
+    /// When set, generation requests must carry `Authorization: Bearer <key>` (else 401).
+    #[serde(skip)]
+    pub api_key: Option<String>,
 }
 
 impl Default for MockConfig {
@@ -71,6 +74,7 @@ impl Default for MockConfig {
             fault_every: 1,
             eos_after: None,
             default_max_tokens: 16,
+            api_key: None,
         }
     }
 }
@@ -142,12 +146,23 @@ async fn models(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     })
 }
 
-async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
-    generate(s, body, Kind::Chat).await
+async fn chat(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    generate(s, &headers, body, Kind::Chat).await
 }
 
-async fn completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
-    generate(s, body, Kind::Completions).await
+async fn completions(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    generate(s, &headers, body, Kind::Completions).await
+}
+
+fn authorised(cfg: &MockConfig, headers: &HeaderMap) -> bool {
+    let Some(key) = &cfg.api_key else {
+        return true;
+    };
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        == Some(key.as_str())
 }
 
 #[derive(Clone, Copy)]
@@ -200,10 +215,13 @@ fn error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-async fn generate(s: Arc<Shared>, body: Bytes, kind: Kind) -> Response {
+async fn generate(s: Arc<Shared>, headers: &HeaderMap, body: Bytes, kind: Kind) -> Response {
     let start = Instant::now();
-    let k = s.requests.fetch_add(1, Ordering::Relaxed);
     let cfg = &s.cfg;
+    if !authorised(cfg, headers) {
+        return error(StatusCode::UNAUTHORIZED, "mock: missing or wrong API key");
+    }
+    let k = s.requests.fetch_add(1, Ordering::Relaxed);
     let req: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("invalid JSON body: {e}")),

@@ -171,6 +171,9 @@ pub struct MockArgs {
     /// Without ignore_eos, stop after this many tokens.
     #[arg(long)]
     eos_after: Option<u32>,
+    /// Answer 401 unless requests carry `Authorization: Bearer KEY`.
+    #[arg(long, value_name = "KEY")]
+    require_api_key: Option<String>,
 }
 
 impl MockArgs {
@@ -192,6 +195,7 @@ impl MockArgs {
             fault_every: self.fault_every,
             eos_after: self.eos_after,
             default_max_tokens: 16,
+            api_key: self.require_api_key.clone(),
         };
         cfg.validate().map_err(|e| anyhow!("mock server: {e}"))?;
         Ok(cfg)

@@ -472,6 +472,40 @@ fn eos_is_ignored_by_default_and_honoured_on_request() {
 }
 
 #[test]
+fn api_key_and_headers_reach_the_server() {
+    let mock = Mock::start(&["--tokens-per-second", "3000", "--require-api-key", "s3cret"]);
+    let args = [
+        "--concurrency",
+        "1",
+        "--requests-per-level",
+        "2",
+        "--max-tokens",
+        "3",
+        "--warmup-requests",
+        "0",
+    ];
+    let denied = bench(&mock.url, &args);
+    assert_eq!(denied.status.code(), Some(1), "no request succeeded");
+    assert!(
+        stdout(&denied)
+            .contains("first http status error: HTTP 401: mock: missing or wrong API key")
+    );
+    let by_env = Command::new(BIN)
+        .args(["bench", "--base-url", &mock.url])
+        .args(args)
+        .env("OPENAI_API_KEY", "s3cret")
+        .output()
+        .unwrap();
+    assert_success(&by_env);
+    let by_header = bench(
+        &mock.url,
+        &[&args[..], &["--header", "Authorization: Bearer s3cret"]].concat(),
+    );
+    assert_success(&by_header);
+    assert!(stdout(&by_header).contains("| ok: 2/2"));
+}
+
+#[test]
 fn completions_endpoint_without_streaming() {
     let mock = Mock::start(&["--tokens-per-second", "3000"]);
     let dir = tempfile::tempdir().unwrap();

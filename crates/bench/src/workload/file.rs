@@ -75,20 +75,18 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<Prompt>, (usize, String)> {
 
 #[derive(Deserialize)]
 struct Turn {
-    #[serde(alias = "role")]
-    from: String,
     #[serde(alias = "content")]
     value: String,
 }
 
 #[derive(Deserialize)]
 struct Conversation {
-    #[serde(default)]
     conversations: Vec<Turn>,
 }
 
-/// Parses a ShareGPT JSON array. Like SGLang's benchmark, a prompt is the first human turn of a
-/// conversation that has at least two turns. A broken tail (a file cut off mid-element) ends the
+/// Parses a ShareGPT JSON array. As in SGLang's and vLLM's benchmarks, a prompt is the first turn
+/// of a conversation that has at least two turns, whoever speaks it (a third of ShareGPT V3's
+/// split conversations open with the assistant). A broken tail (a file cut off mid-element) ends the
 /// parse with a note instead of an error.
 pub fn parse_sharegpt(bytes: &[u8]) -> Result<(Vec<Prompt>, Vec<LoadNote>), String> {
     let mut pos = skip_ws(bytes, 0);
@@ -132,7 +130,7 @@ pub fn parse_sharegpt(bytes: &[u8]) -> Result<(Vec<Prompt>, Vec<LoadNote>), Stri
         }
     }
     let mut notes = vec![format!(
-        "{} conversations read, {} usable prompts ({} skipped: fewer than two turns, no human opening, or a prompt over {} characters)",
+        "{} conversations read, {} usable prompts ({} skipped: fewer than two turns, or an empty prompt or one over {} characters)",
         elements,
         prompts.len(),
         skipped,
@@ -149,12 +147,8 @@ pub fn parse_sharegpt(bytes: &[u8]) -> Result<(Vec<Prompt>, Vec<LoadNote>), Stri
 fn sharegpt_prompt(raw: &RawValue) -> Option<Prompt> {
     if let Ok(c) = serde_json::from_str::<Conversation>(raw.get()) {
         let first = c.conversations.first()?;
-        let human = matches!(first.from.as_str(), "human" | "user");
         let len = first.value.chars().count();
-        return (c.conversations.len() >= 2
-            && human
-            && len > 0
-            && len <= MAX_SHAREGPT_PROMPT_CHARS)
+        return (c.conversations.len() >= 2 && len > 0 && len <= MAX_SHAREGPT_PROMPT_CHARS)
             .then(|| Prompt::Text(first.value.clone()));
     }
     // Also accept arrays of JSONL-style objects.
@@ -180,24 +174,31 @@ mod tests {
     ]"#;
 
     #[test]
-    fn sharegpt_takes_first_human_turn_of_multi_turn_conversations() {
+    fn sharegpt_takes_the_first_turn_of_multi_turn_conversations() {
         let (prompts, notes) = parse_sharegpt(TWO.as_bytes()).unwrap();
         assert_eq!(
             prompts,
             vec![
                 Prompt::Text("Hello?".into()),
+                Prompt::Text("bot first".into()),
                 Prompt::Text("Second \"quoted\" prompt".into())
             ]
         );
         assert_eq!(notes.len(), 1, "complete file: no truncation note");
-        assert!(notes[0].starts_with("4 conversations read, 2 usable"));
+        assert!(notes[0].starts_with("4 conversations read, 3 usable"));
     }
 
     #[test]
     fn sharegpt_cut_off_mid_element_keeps_complete_ones() {
         let cut = TWO.find(r#"{"id": "d""#).unwrap() + 30;
         let (prompts, notes) = parse_sharegpt(&TWO.as_bytes()[..cut]).unwrap();
-        assert_eq!(prompts, vec![Prompt::Text("Hello?".into())]);
+        assert_eq!(
+            prompts,
+            vec![
+                Prompt::Text("Hello?".into()),
+                Prompt::Text("bot first".into())
+            ]
+        );
         assert!(notes.iter().any(|n| n.contains("cut off")), "{notes:?}");
     }
 
@@ -207,6 +208,16 @@ mod tests {
         let (prompts, notes) = parse_sharegpt(&TWO.as_bytes()[..cut]).unwrap();
         assert_eq!(prompts.len(), 1);
         assert!(notes.iter().any(|n| n.contains("cut off")));
+    }
+
+    #[test]
+    fn json_arrays_of_prompt_objects_load_too() {
+        let (prompts, _) = parse_sharegpt(
+            br#"[{"prompt": "a"}, {"messages": [{"role": "user", "content": "b"}]}]"#,
+        )
+        .unwrap();
+        assert_eq!(prompts.len(), 2);
+        assert_eq!(prompts[1].text(), "b");
     }
 
     #[test]
@@ -242,7 +253,7 @@ mod tests {
         assert_eq!(load_file(&jsonl).unwrap().0.len(), 1);
         let json = dir.path().join("s.json");
         std::fs::write(&json, TWO).unwrap();
-        assert_eq!(load_file(&json).unwrap().0.len(), 2);
+        assert_eq!(load_file(&json).unwrap().0.len(), 3);
         let missing = load_file(&dir.path().join("nope.jsonl")).unwrap_err();
         assert!(missing.to_string().contains("nope.jsonl"));
     }
