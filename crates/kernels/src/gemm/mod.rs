@@ -1,0 +1,210 @@
+//! Matrix products of quantised weights with a batch of activations: `out[m][n] = Σ_k x[m][k] ·
+//! W[n][k]`. Weights stay in their GGUF blocks and are read once per tile of batch rows.
+//!
+//! Batch invariance: every output element is the same sequence of block dot products summed in
+//! the same order, whatever the batch size or tiling, so a sequence's logits do not depend on
+//! what it is batched with.
+
+mod portable;
+
+use crate::quant::{BlockQ8, GgmlType, Q8_BLOCK, QuantError, quantize_row_q8, supports_dequantize};
+
+/// A weight matrix: `rows` output features, each `cols` values stored as `dtype` blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct QMatrix<'a> {
+    pub dtype: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: &'a [u8],
+    row_bytes: usize,
+}
+
+impl<'a> QMatrix<'a> {
+    pub fn new(
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, QuantError> {
+        let row_bytes = dtype.bytes_for(cols);
+        let total = row_bytes.and_then(|r| r.checked_mul(rows));
+        match (row_bytes, total) {
+            (Some(row_bytes), Some(total))
+                if total == data.len() && cols.is_multiple_of(Q8_BLOCK) =>
+            {
+                if !supports_dequantize(dtype) {
+                    return Err(QuantError::Unsupported(dtype));
+                }
+                Ok(Self {
+                    dtype,
+                    rows,
+                    cols,
+                    data,
+                    row_bytes,
+                })
+            }
+            _ => Err(QuantError::SizeMismatch {
+                dtype,
+                bytes: data.len(),
+                values: rows * cols,
+            }),
+        }
+    }
+
+    pub fn row(&self, n: usize) -> &'a [u8] {
+        &self.data[n * self.row_bytes..(n + 1) * self.row_bytes]
+    }
+}
+
+/// A batch of `m` activation rows of `k` values, kept both as f32 and quantised to 8 bits, so
+/// each weight type can use the product it is exact enough with.
+#[derive(Debug, Default, Clone)]
+pub struct Activations {
+    pub m: usize,
+    pub k: usize,
+    pub f32: Vec<f32>,
+    pub q8: Vec<BlockQ8>,
+}
+
+impl Activations {
+    /// Loads `x` (`m × k`, row-major), reusing the buffers.
+    pub fn set(&mut self, x: &[f32], m: usize, k: usize) {
+        assert_eq!(x.len(), m * k, "activations must be m × k");
+        assert!(k.is_multiple_of(Q8_BLOCK), "k must be a multiple of 32");
+        self.m = m;
+        self.k = k;
+        self.f32.clear();
+        self.f32.extend_from_slice(x);
+        self.q8.resize(m * k / Q8_BLOCK, BlockQ8::default());
+        for (row, blocks) in x
+            .chunks_exact(k)
+            .zip(self.q8.chunks_exact_mut(k / Q8_BLOCK))
+        {
+            quantize_row_q8(row, blocks);
+        }
+    }
+
+    pub fn row_f32(&self, i: usize) -> &[f32] {
+        &self.f32[i * self.k..(i + 1) * self.k]
+    }
+
+    pub fn row_q8(&self, i: usize) -> &[BlockQ8] {
+        let per = self.k / Q8_BLOCK;
+        &self.q8[i * per..(i + 1) * per]
+    }
+}
+
+/// `out (m × rows) = x · Wᵀ`.
+pub fn gemm(w: &QMatrix<'_>, x: &Activations, out: &mut [f32]) {
+    assert_eq!(x.k, w.cols, "inner dimensions differ");
+    assert_eq!(out.len(), x.m * w.rows, "output must be m × rows");
+    portable::gemm(w, x, out, 0..w.rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::dequantize;
+    use half::f16;
+
+    /// Pseudo-random bytes for weight blocks, with sane f16 scales in the right places.
+    fn random_weights(dtype: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(2_654_435_761).max(1);
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let mut bytes: Vec<u8> = (0..dtype.bytes_for(rows * cols).unwrap())
+            .map(|_| next() as u8)
+            .collect();
+        let scale_fields: &[usize] = match dtype {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q6_K => &[208],
+            _ => &[],
+        };
+        for block in bytes.chunks_exact_mut(dtype.type_size()) {
+            for &at in scale_fields {
+                let v = (next() % 2000) as f32 / 2000.0 * 0.02 - 0.01;
+                block[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    fn acts(m: usize, k: usize) -> Vec<f32> {
+        (0..m * k)
+            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * (1.0 + (i % 5) as f32))
+            .collect()
+    }
+
+    #[test]
+    fn every_type_agrees_with_an_f64_product_of_dequantised_weights() {
+        let (rows, cols, m) = (9, 512, 3);
+        for dtype in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
+            let bytes = random_weights(dtype, rows, cols, 7);
+            let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
+            let x = acts(m, cols);
+            let mut a = Activations::default();
+            a.set(&x, m, cols);
+            let mut out = vec![0.0; m * rows];
+            gemm(&w, &a, &mut out);
+            let mut wf = vec![0.0; rows * cols];
+            dequantize(dtype, &bytes, &mut wf).unwrap();
+            for i in 0..m {
+                for n in 0..rows {
+                    let exact: f64 = (0..cols)
+                        .map(|k| x[i * cols + k] as f64 * wf[n * cols + k] as f64)
+                        .sum();
+                    let mag: f64 = (0..cols)
+                        .map(|k| (x[i * cols + k] as f64 * wf[n * cols + k] as f64).abs())
+                        .sum();
+                    let got = out[i * rows + n] as f64;
+                    // 8-bit activations: error well under 1% of the sum of magnitudes.
+                    assert!(
+                        (got - exact).abs() <= 0.01 * mag + 1e-6,
+                        "{dtype} [{i},{n}]: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn results_are_bitwise_the_same_in_any_batch() {
+        let (rows, cols) = (13, 256);
+        let bytes = random_weights(GgmlType::Q4_1, rows, cols, 3);
+        let w = QMatrix::new(GgmlType::Q4_1, rows, cols, &bytes).unwrap();
+        let x = acts(7, cols);
+        let mut batch = Activations::default();
+        batch.set(&x, 7, cols);
+        let mut all = vec![0.0; 7 * rows];
+        gemm(&w, &batch, &mut all);
+        for i in 0..7 {
+            let mut one = Activations::default();
+            one.set(&x[i * cols..(i + 1) * cols], 1, cols);
+            let mut out = vec![0.0; rows];
+            gemm(&w, &one, &mut out);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out), bits(&all[i * rows..(i + 1) * rows]), "row {i}");
+        }
+    }
+
+    #[test]
+    fn shapes_are_checked() {
+        assert!(QMatrix::new(GgmlType::Q4_1, 2, 32, &[0u8; 39]).is_err());
+        assert!(QMatrix::new(GgmlType::Q2_K, 1, 256, &[0u8; 84]).is_err());
+        assert!(QMatrix::new(GgmlType::Q8_0, 2, 32, &[0u8; 68]).is_ok());
+    }
+}

@@ -1,0 +1,117 @@
+//! The portable GEMM: scalar block dot products, the reference for the SIMD paths.
+
+use super::{Activations, QMatrix};
+use crate::quant::{BlockQ8, GgmlType, dequantize};
+use half::f16;
+use std::ops::Range;
+
+/// Weight rows processed together: their blocks stay in L1 while every batch row passes.
+const ROW_TILE: usize = 4;
+
+pub(super) fn gemm(w: &QMatrix<'_>, x: &Activations, out: &mut [f32], rows: Range<usize>) {
+    let n_total = w.rows;
+    let mut scratch = Vec::new();
+    let mut start = rows.start;
+    while start < rows.end {
+        let end = (start + ROW_TILE).min(rows.end);
+        for m in 0..x.m {
+            for n in start..end {
+                out[m * n_total + n] = row_dot(w, n, x, m, &mut scratch);
+            }
+        }
+        start = end;
+    }
+}
+
+/// One output element: weight row `n` · activation row `m`.
+pub(super) fn row_dot(
+    w: &QMatrix<'_>,
+    n: usize,
+    x: &Activations,
+    m: usize,
+    scratch: &mut Vec<f32>,
+) -> f32 {
+    let row = w.row(n);
+    let size = w.dtype.type_size();
+    let blocks = row.chunks_exact(size).zip(x.row_q8(m));
+    match w.dtype {
+        GgmlType::Q4_0 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q4_0(b, a)),
+        GgmlType::Q4_1 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q4_1(b, a)),
+        GgmlType::Q5_0 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q5_0(b, a)),
+        GgmlType::Q5_1 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q5_1(b, a)),
+        GgmlType::Q8_0 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q8_0(b, a)),
+        _ => {
+            // Types without an integer product yet: dequantise the row, f32 dot product.
+            scratch.resize(w.cols, 0.0);
+            dequantize(w.dtype, row, scratch).expect("QMatrix::new checked the type and size");
+            dot_f32(scratch, x.row_f32(m))
+        }
+    }
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
+}
+
+pub(crate) fn dot_q4_0(b: &[u8], a: &BlockQ8) -> f32 {
+    let mut sumi = 0i32;
+    for j in 0..16 {
+        let q = b[2 + j];
+        sumi += (i32::from(q & 0x0f) - 8) * i32::from(a.qs[j]);
+        sumi += (i32::from(q >> 4) - 8) * i32::from(a.qs[j + 16]);
+    }
+    f16_at(b, 0) * a.d * sumi as f32
+}
+
+pub(crate) fn dot_q4_1(b: &[u8], a: &BlockQ8) -> f32 {
+    let mut sumi = 0i32;
+    for j in 0..16 {
+        let q = b[4 + j];
+        sumi += i32::from(q & 0x0f) * i32::from(a.qs[j]);
+        sumi += i32::from(q >> 4) * i32::from(a.qs[j + 16]);
+    }
+    f16_at(b, 0) * a.d * sumi as f32 + f16_at(b, 2) * a.s
+}
+
+fn fifth_bits(qh: u32, j: usize) -> (u8, u8) {
+    (
+        (((qh >> j) << 4) & 0x10) as u8,
+        ((qh >> (j + 12)) & 0x10) as u8,
+    )
+}
+
+pub(crate) fn dot_q5_0(b: &[u8], a: &BlockQ8) -> f32 {
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    let mut sumi = 0i32;
+    for j in 0..16 {
+        let q = b[6 + j];
+        let (h0, h1) = fifth_bits(qh, j);
+        sumi += (i32::from((q & 0x0f) | h0) - 16) * i32::from(a.qs[j]);
+        sumi += (i32::from((q >> 4) | h1) - 16) * i32::from(a.qs[j + 16]);
+    }
+    f16_at(b, 0) * a.d * sumi as f32
+}
+
+pub(crate) fn dot_q5_1(b: &[u8], a: &BlockQ8) -> f32 {
+    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    let mut sumi = 0i32;
+    for j in 0..16 {
+        let q = b[8 + j];
+        let (h0, h1) = fifth_bits(qh, j);
+        sumi += i32::from((q & 0x0f) | h0) * i32::from(a.qs[j]);
+        sumi += i32::from((q >> 4) | h1) * i32::from(a.qs[j + 16]);
+    }
+    f16_at(b, 0) * a.d * sumi as f32 + f16_at(b, 2) * a.s
+}
+
+pub(crate) fn dot_q8_0(b: &[u8], a: &BlockQ8) -> f32 {
+    let mut sumi = 0i32;
+    for j in 0..32 {
+        sumi += i32::from(b[2 + j] as i8) * i32::from(a.qs[j]);
+    }
+    f16_at(b, 0) * a.d * sumi as f32
+}

@@ -1,0 +1,105 @@
+//! Row-wise operations of a transformer layer: RMSNorm, RoPE, SwiGLU, softmax. Each works on one
+//! row at a time and depends on nothing else, which keeps the whole forward pass batch-invariant.
+
+/// `out = x / sqrt(mean(x²) + eps) · weight`, the sum of squares accumulated in f64 (as GGML does).
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    debug_assert_eq!(x.len(), weight.len());
+    let sum: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let scale = (1.0 / (sum / x.len() as f64 + f64::from(eps)).sqrt()) as f32;
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = v * scale * w;
+    }
+}
+
+/// Rotary position embedding as llama.cpp applies it to `llama` models ("normal" mode): each
+/// head's adjacent pairs (x₂ᵢ, x₂ᵢ₊₁) rotate by `pos · base^(−2i/rot_dims)`. Angles are computed in
+/// f64, so large positions lose no precision.
+pub fn rope_normal(x: &mut [f32], head_dim: usize, rot_dims: usize, pos: usize, base: f32) {
+    debug_assert!(rot_dims <= head_dim && rot_dims.is_multiple_of(2));
+    for i in 0..rot_dims / 2 {
+        let theta = pos as f64 * f64::from(base).powf(-2.0 * i as f64 / rot_dims as f64);
+        let (sin, cos) = theta.sin_cos();
+        let (sin, cos) = (sin as f32, cos as f32);
+        for head in x.chunks_exact_mut(head_dim) {
+            let (a, b) = (head[2 * i], head[2 * i + 1]);
+            head[2 * i] = a * cos - b * sin;
+            head[2 * i + 1] = a * sin + b * cos;
+        }
+    }
+}
+
+/// `gate ← silu(gate) · up`, SwiGLU's gating.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// In-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// `acc += x`.
+pub fn add_assign(acc: &mut [f32], x: &[f32]) {
+    acc.iter_mut().zip(x).for_each(|(a, &b)| *a += b);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_against_f64() {
+        let x: Vec<f32> = (0..64).map(|i| (i as f32 - 30.0) * 0.1).collect();
+        let w: Vec<f32> = (0..64).map(|i| 1.0 + i as f32 * 0.01).collect();
+        let mut out = vec![0.0; 64];
+        rms_norm(&x, &w, 1e-5, &mut out);
+        let ms: f64 = x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / 64.0;
+        for i in 0..64 {
+            let want = x[i] as f64 / (ms + 1e-5).sqrt() * w[i] as f64;
+            assert!((out[i] as f64 - want).abs() < 1e-6 * want.abs().max(1.0));
+        }
+    }
+
+    #[test]
+    fn rope_rotates_pairs_and_keeps_norms() {
+        let mut x: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
+        let before = x.clone();
+        rope_normal(&mut x, 64, 64, 7, 10000.0);
+        // Pair 0 of head 1 turns by exactly 7 radians.
+        let (a, b) = (before[64], before[65]);
+        assert!((x[64] - (a * 7f32.cos() - b * 7f32.sin())).abs() < 1e-6);
+        for p in 0..64 {
+            let n0 = before[2 * p].hypot(before[2 * p + 1]);
+            let n1 = x[2 * p].hypot(x[2 * p + 1]);
+            assert!((n0 - n1).abs() < 1e-5);
+        }
+        let mut y = before.clone();
+        rope_normal(&mut y, 64, 64, 0, 10000.0);
+        assert_eq!(y, before, "position 0 is the identity");
+    }
+
+    #[test]
+    fn softmax_and_silu() {
+        let mut x = vec![1.0, 2.0, 3.0];
+        softmax(&mut x);
+        let e: Vec<f64> = [1.0f64, 2.0, 3.0].iter().map(|v| v.exp()).collect();
+        let s: f64 = e.iter().sum();
+        for i in 0..3 {
+            assert!((x[i] as f64 - e[i] / s).abs() < 1e-7);
+        }
+        let mut g = vec![0.0, 1.0, -2.0];
+        silu_mul(&mut g, &[1.0, 2.0, 3.0]);
+        assert_eq!(g[0], 0.0);
+        assert!((g[1] - 2.0 / (1.0 + (-1f32).exp())).abs() < 1e-7);
+        assert!((g[2] - 3.0 * (-2.0 / (1.0 + 2f32.exp()))).abs() < 1e-6);
+    }
+}
