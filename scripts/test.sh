@@ -3,4 +3,6 @@
 # Tests run optimised ([profile.test] opt-level 3): the end-to-end ones start the real binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The model runtime's tests run the real default model (fetched once into the cache).
+scripts/fetch-model.sh >/dev/null
 cargo test --workspace --release "$@"

@@ -5,3 +5,4 @@ pub mod attention;
 pub mod gemm;
 pub mod ops;
 pub mod quant;
+pub mod threads;

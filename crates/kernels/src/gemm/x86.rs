@@ -1,0 +1,262 @@
+//! x86-64 SIMD row dot products of the integer-product weight types (Q4_0, Q4_1, Q8_0) with
+//! 16-bit activations: AVX2 (`vpmaddwd`) and AVX-512 with VNNI (`vpdpwssd`).
+//!
+//! Each function computes one output element the same way whatever the batch, so batch
+//! invariance holds within a path; the paths differ from each other (and from the portable code)
+//! only in float summation order.
+
+use crate::quant::{BlockQ16, GgmlType};
+use std::arch::x86_64::*;
+
+/// Weight types these kernels handle.
+pub(super) fn handles(dtype: GgmlType) -> bool {
+    matches!(dtype, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+}
+
+/// f16 at `b[at..at + 2]` as f32.
+#[inline]
+#[target_feature(enable = "f16c")]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum256(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+    _mm_cvtss_f32(s)
+}
+
+/// A Q4 block's 16 bytes as (low nibbles, high nibbles): values 0..16 and 16..32 of the block.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn nibble_halves(qs: &[u8]) -> (__m128i, __m128i) {
+    assert!(qs.len() >= 16);
+    // SAFETY: 16 readable bytes (asserted).
+    let raw = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    let mask = _mm_set1_epi8(0x0f);
+    (
+        _mm_and_si128(raw, mask),
+        _mm_and_si128(_mm_srli_epi16::<4>(raw), mask),
+    )
+}
+
+/// The 32 i16 activations of a block as two halves.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn act_halves(a: &BlockQ16) -> (__m256i, __m256i) {
+    // SAFETY: `qs` holds 32 i16 = 64 bytes.
+    unsafe {
+        (
+            _mm256_loadu_si256(a.qs.as_ptr().cast()),
+            _mm256_loadu_si256(a.qs[16..].as_ptr().cast()),
+        )
+    }
+}
+
+/// Σ w·x over one block, AVX2: 8 lanes of i32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn block_sums_avx2(w_lo: __m256i, w_hi: __m256i, a: &BlockQ16) -> __m256i {
+    let (x_lo, x_hi) = act_halves(a);
+    _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo), _mm256_madd_epi16(w_hi, x_hi))
+}
+
+/// One weight row · one activation row, AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `row` must hold `acts.len()` blocks of `dtype`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn row_dot_avx2(dtype: GgmlType, row: &[u8], acts: &[BlockQ16]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut offset_sum = 0.0f32;
+    let blocks = row.chunks_exact(dtype.type_size()).zip(acts);
+    match dtype {
+        GgmlType::Q4_1 => {
+            for (b, a) in blocks {
+                let (lo, hi) = nibble_halves(&b[4..]);
+                let p = block_sums_avx2(_mm256_cvtepu8_epi16(lo), _mm256_cvtepu8_epi16(hi), a);
+                acc = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(p),
+                    _mm256_set1_ps(f16_at(b, 0) * a.d),
+                    acc,
+                );
+                offset_sum += f16_at(b, 2) * a.s;
+            }
+        }
+        GgmlType::Q4_0 => {
+            // Σ (q − 8)·x = Σ q·x − 8·Σx, and d_w·d_x·Σx = d_w·s_x.
+            for (b, a) in blocks {
+                let d = f16_at(b, 0);
+                let (lo, hi) = nibble_halves(&b[2..]);
+                let p = block_sums_avx2(_mm256_cvtepu8_epi16(lo), _mm256_cvtepu8_epi16(hi), a);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * a.d), acc);
+                offset_sum -= 8.0 * d * a.s;
+            }
+        }
+        GgmlType::Q8_0 => {
+            for (b, a) in blocks {
+                // SAFETY: a Q8_0 block has 32 quant bytes after its 2-byte scale.
+                let (lo, hi) = unsafe {
+                    (
+                        _mm_loadu_si128(b[2..].as_ptr().cast()),
+                        _mm_loadu_si128(b[18..].as_ptr().cast()),
+                    )
+                };
+                let p = block_sums_avx2(_mm256_cvtepi8_epi16(lo), _mm256_cvtepi8_epi16(hi), a);
+                acc = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(p),
+                    _mm256_set1_ps(f16_at(b, 0) * a.d),
+                    acc,
+                );
+            }
+        }
+        _ => unreachable!("handles() filters the types"),
+    }
+    hsum256(acc) + offset_sum
+}
+
+/// Σ w·x over one block, AVX-512 VNNI: 16 lanes of i32 partial sums.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn block_sums_avx512(w: __m512i, a: &BlockQ16) -> __m512i {
+    // SAFETY: `qs` holds 32 i16 = 64 bytes.
+    let x = unsafe { _mm512_loadu_si512(a.qs.as_ptr().cast()) };
+    _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, x)
+}
+
+/// One weight row · one activation row, AVX-512 with VNNI.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL and VNNI, and F16C; `row` must hold `acts.len()` blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn row_dot_avx512(dtype: GgmlType, row: &[u8], acts: &[BlockQ16]) -> f32 {
+    let mut acc = _mm512_setzero_ps();
+    let mut offset_sum = 0.0f32;
+    let blocks = row.chunks_exact(dtype.type_size()).zip(acts);
+    match dtype {
+        GgmlType::Q4_1 => {
+            for (b, a) in blocks {
+                let (lo, hi) = nibble_halves(&b[4..]);
+                let w = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
+                let p = block_sums_avx512(w, a);
+                acc = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(p),
+                    _mm512_set1_ps(f16_at(b, 0) * a.d),
+                    acc,
+                );
+                offset_sum += f16_at(b, 2) * a.s;
+            }
+        }
+        GgmlType::Q4_0 => {
+            for (b, a) in blocks {
+                let d = f16_at(b, 0);
+                let (lo, hi) = nibble_halves(&b[2..]);
+                let w = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
+                let p = block_sums_avx512(w, a);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(d * a.d), acc);
+                offset_sum -= 8.0 * d * a.s;
+            }
+        }
+        GgmlType::Q8_0 => {
+            for (b, a) in blocks {
+                // SAFETY: a Q8_0 block has 32 quant bytes after its 2-byte scale.
+                let q = unsafe { _mm256_loadu_si256(b[2..].as_ptr().cast()) };
+                let p = block_sums_avx512(_mm512_cvtepi8_epi16(q), a);
+                acc = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(p),
+                    _mm512_set1_ps(f16_at(b, 0) * a.d),
+                    acc,
+                );
+            }
+        }
+        _ => unreachable!("handles() filters the types"),
+    }
+    _mm512_reduce_add_ps(acc) + offset_sum
+}
+
+/// Weight rows unpacked once for a whole batch: per block, 32 i16 values (unsigned nibbles, or
+/// Q8_0's signed bytes), its scale `d` and the coefficient of the activations' sum `s`
+/// (Q4_1: its min; Q4_0: −8·d; Q8_0: 0). [`row_dot_expanded`] with these gives bitwise what
+/// [`row_dot_avx512`] gives on the packed row: the integer sums are exact and the float steps are
+/// the same, so batching stays invariant.
+#[derive(Debug, Default)]
+pub(super) struct Expanded {
+    values: Vec<i16>,
+    scale: Vec<f32>,
+    offset: Vec<f32>,
+}
+
+impl Expanded {
+    /// Unpacks `row` (blocks of `dtype`) into slot `slot` of a buffer of `slots` rows.
+    ///
+    /// # Safety
+    /// The CPU must support F16C.
+    #[target_feature(enable = "f16c")]
+    pub(super) unsafe fn fill(&mut self, dtype: GgmlType, row: &[u8], slot: usize, slots: usize) {
+        let nb = row.len() / dtype.type_size();
+        self.values.resize(slots * nb * 32, 0);
+        self.scale.resize(slots * nb, 0.0);
+        self.offset.resize(slots * nb, 0.0);
+        for (i, b) in row.chunks_exact(dtype.type_size()).enumerate() {
+            let at = slot * nb + i;
+            let vals = &mut self.values[at * 32..at * 32 + 32];
+            let d = f16_at(b, 0);
+            self.scale[at] = d;
+            let nibbles = |qs: &[u8], vals: &mut [i16]| {
+                for j in 0..16 {
+                    vals[j] = i16::from(qs[j] & 0x0f);
+                    vals[j + 16] = i16::from(qs[j] >> 4);
+                }
+            };
+            match dtype {
+                GgmlType::Q4_1 => {
+                    nibbles(&b[4..20], vals);
+                    self.offset[at] = f16_at(b, 2);
+                }
+                GgmlType::Q4_0 => {
+                    nibbles(&b[2..18], vals);
+                    self.offset[at] = -(8.0 * d);
+                }
+                GgmlType::Q8_0 => {
+                    for (v, &q) in vals.iter_mut().zip(&b[2..34]) {
+                        *v = i16::from(q as i8);
+                    }
+                    self.offset[at] = 0.0;
+                }
+                _ => unreachable!("handles() filters the types"),
+            }
+        }
+    }
+
+    /// Row `slot`'s dot product with `acts`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F/BW and VNNI; `slot` must have been filled for `acts.len()`
+    /// blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn row_dot(&self, dtype: GgmlType, slot: usize, acts: &[BlockQ16]) -> f32 {
+        let nb = acts.len();
+        let mut acc = _mm512_setzero_ps();
+        let mut offset_sum = 0.0f32;
+        for (i, a) in acts.iter().enumerate() {
+            let at = slot * nb + i;
+            let v = &self.values[at * 32..at * 32 + 32];
+            // SAFETY: 32 i16 = 64 readable bytes.
+            let w = unsafe { _mm512_loadu_si512(v.as_ptr().cast()) };
+            let p = block_sums_avx512(w, a);
+            acc = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(p),
+                _mm512_set1_ps(self.scale[at] * a.d),
+                acc,
+            );
+            if dtype != GgmlType::Q8_0 {
+                offset_sum += self.offset[at] * a.s;
+            }
+        }
+        _mm512_reduce_add_ps(acc) + offset_sum
+    }
+}

@@ -1,0 +1,28 @@
+//! The model runtime: GGUF files, tokenizer and chat template from their metadata, and (to come)
+//! the layers, the batched runner and the sampler.
+
+pub mod chat_template;
+pub mod config;
+pub mod gguf;
+pub mod runner;
+pub mod sampler;
+pub mod weights;
+
+pub use config::ModelConfig;
+pub use runner::{Logits, LogitsFor, Model, Runner, SeqInput};
+
+/// Why a model cannot be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+    #[error("architecture `{0}` is not supported (supported: llama)")]
+    UnsupportedArchitecture(String),
+    #[error("model configuration: {0}")]
+    BadConfig(String),
+    #[error("tensor `{0}`: {1}")]
+    BadTensor(String, String),
+    #[error("bad batch: {0}")]
+    BadBatch(String),
+}
+pub mod tokenizer;

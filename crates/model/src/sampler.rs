@@ -1,0 +1,374 @@
+//! Choosing the next token from logits: penalties, temperature, top-k, top-p, min-p, a seeded RNG
+//! per request (same seed, same output), and log-probabilities for the API's `logprobs`.
+
+use std::collections::HashMap;
+
+/// Sampling settings of one request (OpenAI's and vLLM's parameter names and meanings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy (argmax).
+    pub temperature: f32,
+    /// 0 disables.
+    pub top_k: usize,
+    /// 1 disables.
+    pub top_p: f32,
+    /// 0 disables: drops tokens below `min_p ×` the most likely one's probability.
+    pub min_p: f32,
+    /// 1 disables; > 1 discourages tokens already in the prompt or output (CTRL-style).
+    pub repetition_penalty: f32,
+    /// Subtracted once per occurrence in the output.
+    pub frequency_penalty: f32,
+    /// Subtracted once if the token occurs in the output.
+    pub presence_penalty: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Rejects values no request may carry, with the parameter named.
+    pub fn validate(&self) -> Result<(), String> {
+        let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
+        check(
+            self.temperature.is_finite() && self.temperature >= 0.0,
+            "temperature must be ≥ 0",
+        )?;
+        check(
+            self.top_p > 0.0 && self.top_p <= 1.0,
+            "top_p must be in (0, 1]",
+        )?;
+        check((0.0..=1.0).contains(&self.min_p), "min_p must be in [0, 1]")?;
+        check(
+            self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0,
+            "repetition_penalty must be > 0",
+        )?;
+        check(
+            (-2.0..=2.0).contains(&self.frequency_penalty),
+            "frequency_penalty must be in [-2, 2]",
+        )?;
+        check(
+            (-2.0..=2.0).contains(&self.presence_penalty),
+            "presence_penalty must be in [-2, 2]",
+        )
+    }
+}
+
+/// A chosen token with its log-probability and the most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    pub token: u32,
+    /// Log-probability of `token` under the model's distribution (before sampling filters).
+    pub logprob: f32,
+    /// The `n` most likely tokens and their log-probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// One request's sampler: its parameters, RNG state and output token counts.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: u64,
+    prompt_tokens: Vec<u32>,
+    output_counts: HashMap<u32, u32>,
+    probs: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams, prompt: &[u32]) -> Self {
+        let mut prompt_tokens = prompt.to_vec();
+        prompt_tokens.sort_unstable();
+        prompt_tokens.dedup();
+        Self {
+            rng: params.seed ^ 0x9e37_79b9_7f4a_7c15,
+            params,
+            prompt_tokens,
+            output_counts: HashMap::new(),
+            probs: Vec::new(),
+        }
+    }
+
+    /// splitmix64: small, fast and good enough to draw one uniform number per token.
+    fn next_uniform(&mut self) -> f32 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// Chooses the next token from `logits` (modified in place by the penalties) and records it.
+    pub fn sample(&mut self, logits: &mut [f32], n_top: usize) -> Sampled {
+        self.apply_penalties(logits);
+        let (top, logprob_of) = log_probs(logits, n_top);
+        let token = if self.params.temperature == 0.0 {
+            argmax(logits)
+        } else {
+            self.draw(logits)
+        };
+        *self.output_counts.entry(token).or_insert(0) += 1;
+        Sampled {
+            token,
+            logprob: logprob_of(logits[token as usize]),
+            top,
+        }
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        let p = &self.params;
+        if p.repetition_penalty != 1.0 {
+            let seen = self.prompt_tokens.iter().chain(self.output_counts.keys());
+            for &t in seen {
+                let l = &mut logits[t as usize];
+                *l = if *l > 0.0 {
+                    *l / p.repetition_penalty
+                } else {
+                    *l * p.repetition_penalty
+                };
+            }
+        }
+        if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+            for (&t, &n) in &self.output_counts {
+                logits[t as usize] -= p.frequency_penalty * n as f32 + p.presence_penalty;
+            }
+        }
+    }
+
+    fn draw(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
+        let inv_t = 1.0 / p.temperature;
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        self.probs.clear();
+        self.probs.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, ((l - max) * inv_t).exp())),
+        );
+        // Most likely first; ties broken by token id so the order is deterministic.
+        let k = if p.top_k > 0 {
+            p.top_k.min(self.probs.len())
+        } else {
+            self.probs.len()
+        };
+        let by_prob = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if k < self.probs.len() {
+            self.probs.select_nth_unstable_by(k - 1, by_prob);
+            self.probs.truncate(k);
+        }
+        self.probs.sort_unstable_by(by_prob);
+        let top_prob = self.probs[0].1;
+        if p.min_p > 0.0 {
+            self.probs.retain(|&(_, q)| q >= p.min_p * top_prob);
+        }
+        let total: f32 = self.probs.iter().map(|&(_, q)| q).sum();
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            let mut keep = self.probs.len();
+            for (i, &(_, q)) in self.probs.iter().enumerate() {
+                acc += q / total;
+                if acc >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            self.probs.truncate(keep);
+        }
+        let total: f32 = self.probs.iter().map(|&(_, q)| q).sum();
+        let mut r = self.next_uniform() * total;
+        for &(t, q) in &self.probs {
+            if r < q {
+                return t;
+            }
+            r -= q;
+        }
+        self.probs.last().map_or(0, |&(t, _)| t)
+    }
+}
+
+/// Index of the largest logit (the lowest id among equals).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The `n` most likely tokens with log-probabilities, and a function from a logit to its
+/// log-probability.
+fn log_probs(logits: &[f32], n: usize) -> (Vec<(u32, f32)>, impl Fn(f32) -> f32) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let log_z = max + sum.ln() as f32;
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(n);
+    if n > 0 {
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        let n = n.min(idx.len());
+        let by = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        idx.select_nth_unstable_by(n - 1, by);
+        idx.truncate(n);
+        idx.sort_unstable_by(by);
+        top = idx
+            .into_iter()
+            .map(|t| (t, logits[t as usize] - log_z))
+            .collect();
+    }
+    (top, move |l: f32| l - log_z)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        vec![1.0, 3.0, 2.0, 3.0, -1.0, 0.5]
+    }
+
+    #[test]
+    fn greedy_takes_the_first_maximum_and_reports_logprobs() {
+        let mut s = Sampler::new(SamplingParams::greedy(), &[]);
+        let out = s.sample(&mut logits(), 3);
+        assert_eq!(out.token, 1);
+        let z: f64 = logits().iter().map(|&l| (l as f64).exp()).sum();
+        assert!((out.logprob as f64 - (3.0 - z.ln())).abs() < 1e-5);
+        assert_eq!(out.top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 3, 2]);
+    }
+
+    #[test]
+    fn same_seed_same_tokens_and_seeds_differ() {
+        let params = SamplingParams {
+            temperature: 1.0,
+            seed: 42,
+            ..Default::default()
+        };
+        let run = |p: SamplingParams| {
+            let mut s = Sampler::new(p, &[]);
+            (0..50)
+                .map(|_| s.sample(&mut logits(), 0).token)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(params.clone()), run(params.clone()));
+        assert_ne!(
+            run(params.clone()),
+            run(SamplingParams { seed: 43, ..params })
+        );
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_filters_restrict_the_choice() {
+        let mut s = Sampler::new(
+            SamplingParams {
+                top_k: 1,
+                seed: 1,
+                ..Default::default()
+            },
+            &[],
+        );
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits(), 0).token, 1);
+        }
+        // min_p 0.5 keeps tokens within half of the best probability: ids 1 and 3 (equal) only.
+        let mut s = Sampler::new(
+            SamplingParams {
+                min_p: 0.5,
+                seed: 2,
+                ..Default::default()
+            },
+            &[],
+        );
+        for _ in 0..50 {
+            assert!([1, 3].contains(&s.sample(&mut logits(), 0).token));
+        }
+        // top_p 0.5 stops after the first token whose cumulative mass reaches one half.
+        let mut s = Sampler::new(
+            SamplingParams {
+                top_p: 0.5,
+                seed: 3,
+                ..Default::default()
+            },
+            &[],
+        );
+        for _ in 0..50 {
+            assert!([1, 3].contains(&s.sample(&mut logits(), 0).token));
+        }
+    }
+
+    #[test]
+    fn sampling_follows_the_distribution() {
+        let mut s = Sampler::new(
+            SamplingParams {
+                seed: 9,
+                ..Default::default()
+            },
+            &[],
+        );
+        let n = 20_000;
+        let hits = (0..n)
+            .filter(|_| s.sample(&mut [0.0, 0.0, 2.0f32.ln()], 0).token == 2)
+            .count();
+        // p(2) = 2 / (1 + 1 + 2) = 0.5
+        assert!((hits as f64 / n as f64 - 0.5).abs() < 0.02, "{hits}");
+    }
+
+    #[test]
+    fn penalties_push_repeated_tokens_down() {
+        let params = SamplingParams {
+            temperature: 0.0,
+            presence_penalty: 1.5,
+            ..Default::default()
+        };
+        let mut s = Sampler::new(params, &[]);
+        assert_eq!(s.sample(&mut logits(), 0).token, 1);
+        assert_eq!(
+            s.sample(&mut logits(), 0).token,
+            3,
+            "1 was used: 3 now leads"
+        );
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature: 0.0,
+                repetition_penalty: 2.0,
+                ..Default::default()
+            },
+            &[1, 3],
+        );
+        assert_eq!(s.sample(&mut logits(), 0).token, 2, "3/2 = 1.5 < 2");
+    }
+
+    #[test]
+    fn invalid_params_are_named() {
+        let bad = SamplingParams {
+            top_p: 0.0,
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("top_p"));
+        assert!(SamplingParams::default().validate().is_ok());
+    }
+}

@@ -1,0 +1,179 @@
+//! Batch invariance on the real model: a sequence's logits are bitwise the same alone, inside a
+//! batch of any size (joining at different steps), as a prefill chunk or token by token.
+
+mod common;
+
+use model::{LogitsFor, Model, Runner, SeqInput};
+
+const BLOCK: usize = 16;
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    model::sampler::argmax(v)
+}
+
+/// Eight different prompts (token ids of ordinary text), of different lengths.
+fn prompts() -> Vec<Vec<u32>> {
+    (0..8u32)
+        .map(|i| {
+            (0..(5 + 3 * i))
+                .map(|j| 200 + (i * 977 + j * 131) % 20_000)
+                .collect()
+        })
+        .collect()
+}
+
+/// Blocks of sequence `i` in a shared pool: disjoint ranges.
+fn blocks(i: usize, per_seq: usize) -> Vec<u32> {
+    ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()
+}
+
+/// Greedy decoding of one prompt alone: prefill as one chunk, then `steps` tokens one by one.
+/// Returns the logits of every step.
+fn alone(model: &Model, prompt: &[u32], steps: usize) -> Vec<Vec<u32>> {
+    let mut runner = Runner::new(&model.config, BLOCK, 8);
+    let table = blocks(0, 8);
+    let mut tokens = prompt.to_vec();
+    let mut out = Vec::new();
+    let mut start = 0;
+    for _ in 0..steps {
+        let input = SeqInput {
+            tokens: &tokens[start..],
+            start_pos: start,
+            blocks: &table,
+            logits: LogitsFor::Last,
+        };
+        let logits = runner.forward(model, &[input]).unwrap();
+        let last = logits.last(0);
+        out.push(bits(last));
+        start = tokens.len();
+        tokens.push(argmax(last));
+    }
+    out
+}
+
+#[test]
+fn batched_decoding_is_bitwise_identical_to_decoding_alone() {
+    let model = Model::load(&common::model_path()).unwrap();
+    let prompts = prompts();
+    let steps = 6;
+    let expected: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| alone(&model, p, steps)).collect();
+
+    // All eight together; sequence i joins at step i % 3 (its prefill then rides along with the
+    // others' single-token decodes).
+    let per_seq = 8;
+    let mut runner = Runner::new(&model.config, BLOCK, per_seq * prompts.len());
+    let tables: Vec<Vec<u32>> = (0..prompts.len()).map(|i| blocks(i, per_seq)).collect();
+    let mut tokens: Vec<Vec<u32>> = prompts.clone();
+    let mut done: Vec<usize> = vec![0; prompts.len()]; // tokens already in the KV cache
+    let mut got: Vec<Vec<Vec<u32>>> = vec![Vec::new(); prompts.len()];
+    for step in 0..steps + 2 {
+        let active: Vec<usize> = (0..prompts.len())
+            .filter(|&i| step >= i % 3 && got[i].len() < steps)
+            .collect();
+        if active.is_empty() {
+            break;
+        }
+        let inputs: Vec<SeqInput<'_>> = active
+            .iter()
+            .map(|&i| SeqInput {
+                tokens: &tokens[i][done[i]..],
+                start_pos: done[i],
+                blocks: &tables[i],
+                logits: LogitsFor::Last,
+            })
+            .collect();
+        let logits = runner.forward(&model, &inputs).unwrap();
+        for (slot, &i) in active.iter().enumerate() {
+            let last = logits.last(slot);
+            got[i].push(bits(last));
+            done[i] = tokens[i].len();
+            tokens[i].push(argmax(last));
+        }
+    }
+    for i in 0..prompts.len() {
+        assert_eq!(got[i].len(), steps);
+        for s in 0..steps {
+            assert!(
+                got[i][s] == expected[i][s],
+                "sequence {i}, step {s}: batched logits differ from alone"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
+    let model = Model::load(&common::model_path()).unwrap();
+    let prompt = &prompts()[5];
+    let table = blocks(0, 4);
+
+    let mut chunked = Runner::new(&model.config, BLOCK, 4);
+    let all = chunked
+        .forward(
+            &model,
+            &[SeqInput {
+                tokens: prompt,
+                start_pos: 0,
+                blocks: &table,
+                logits: LogitsFor::All,
+            }],
+        )
+        .unwrap();
+
+    let mut single = Runner::new(&model.config, BLOCK, 4);
+    for (pos, tok) in prompt.iter().enumerate() {
+        let one = single
+            .forward(
+                &model,
+                &[SeqInput {
+                    tokens: std::slice::from_ref(tok),
+                    start_pos: pos,
+                    blocks: &table,
+                    logits: LogitsFor::Last,
+                }],
+            )
+            .unwrap();
+        assert_eq!(bits(one.last(0)), bits(all.row(0, pos)), "position {pos}");
+    }
+}
+
+#[test]
+fn bad_batches_are_errors_not_panics() {
+    let model = Model::load(&common::model_path()).unwrap();
+    let mut runner = Runner::new(&model.config, BLOCK, 2);
+    let table = [0u32, 1];
+    let too_long: Vec<u32> = vec![1; 40];
+    let cases = [
+        SeqInput {
+            tokens: &too_long,
+            start_pos: 0,
+            blocks: &table,
+            logits: LogitsFor::Last,
+        },
+        SeqInput {
+            tokens: &[1],
+            start_pos: 0,
+            blocks: &[7],
+            logits: LogitsFor::Last,
+        },
+        SeqInput {
+            tokens: &[1_000_000],
+            start_pos: 0,
+            blocks: &table,
+            logits: LogitsFor::Last,
+        },
+        SeqInput {
+            tokens: &[],
+            start_pos: 0,
+            blocks: &table,
+            logits: LogitsFor::Last,
+        },
+    ];
+    for case in cases {
+        assert!(runner.forward(&model, &[case]).is_err());
+    }
+}

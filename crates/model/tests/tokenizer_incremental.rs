@@ -1,0 +1,92 @@
+//! Streaming detokenization on the real SmolLM2 vocabulary: the chunks of `IncrementalDecoder`
+//! add up to `Tokenizer::decode`, and text that was valid UTF-8 streams back without a single
+//! replacement character, however its characters are split across tokens.
+
+mod common;
+
+use model::gguf::GgufFile;
+use model::tokenizer::{IncrementalDecoder, Tokenizer};
+use proptest::prelude::*;
+use std::sync::OnceLock;
+
+fn tokenizer() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let gguf = GgufFile::open(&common::model_path()).expect("open the model");
+        Tokenizer::from_gguf(&gguf).expect("build the tokenizer")
+    })
+}
+
+/// Streams `ids` one token at a time; returns the chunks (the flushed rest last).
+fn stream(tok: &Tokenizer, dec: &mut IncrementalDecoder, ids: &[u32]) -> Vec<String> {
+    let mut chunks: Vec<String> = ids.iter().map(|&id| dec.push(tok, id).unwrap()).collect();
+    chunks.push(dec.flush());
+    chunks
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any ids at all (byte fragments, control tokens, invalid sequences): the stream equals decode.
+    #[test]
+    fn chunks_add_up_to_decode(ids in prop::collection::vec(0u32..49152, 0..64), skip in any::<bool>()) {
+        let tok = tokenizer();
+        let mut dec = IncrementalDecoder::at_sequence_start(skip);
+        let streamed: String = stream(tok, &mut dec, &ids).concat();
+        prop_assert_eq!(streamed, tok.decode(&ids, skip).unwrap());
+        prop_assert!(!dec.has_pending());
+    }
+
+    /// Ids of real text: no chunk ever holds a replacement character, the stream is the text.
+    #[test]
+    fn valid_text_streams_without_replacement(text in "(\\PC|[ \t\n]){0,48}") {
+        let tok = tokenizer();
+        let ids = tok.encode(&text, false, false).unwrap();
+        let kept: Vec<u8> = text.bytes().filter(|&b| tok.byte_to_token(b).is_some()).collect();
+        prop_assume!(kept.len() == text.len());
+        let mut dec = IncrementalDecoder::new(true);
+        let chunks = stream(tok, &mut dec, &ids);
+        for c in &chunks {
+            prop_assert!(!c.contains('\u{FFFD}') || text.contains('\u{FFFD}'), "{:?}", chunks);
+        }
+        prop_assert_eq!(chunks.concat(), text);
+    }
+}
+
+#[test]
+fn emoji_split_over_tokens_comes_out_whole() {
+    let tok = tokenizer();
+    let text = "I ❤️ Rust 🦀! 你好，世界 👨‍👩‍👧‍👦";
+    let ids = tok.encode(text, false, false).unwrap();
+    assert!(
+        ids.len() > text.chars().count() / 2,
+        "expected byte-level splits: {ids:?}"
+    );
+    let mut dec = IncrementalDecoder::new(false);
+    let mut out = String::new();
+    let mut held = 0;
+    for &id in &ids {
+        let chunk = dec.push(tok, id).unwrap();
+        held += usize::from(chunk.is_empty() && dec.has_pending());
+        out.push_str(&chunk);
+    }
+    assert!(held > 0, "some token should end inside a character");
+    out.push_str(&dec.flush());
+    assert_eq!(out, text);
+}
+
+#[test]
+fn control_tokens_stream_only_when_not_skipped() {
+    let tok = tokenizer();
+    let ids = tok
+        .encode("<|im_start|>assistant\nHi!<|im_end|>", false, true)
+        .unwrap();
+    let mut shown = IncrementalDecoder::new(false);
+    assert_eq!(
+        shown.push_all(tok, &ids).unwrap(),
+        "<|im_start|>assistant\nHi!<|im_end|>"
+    );
+    let mut hidden = IncrementalDecoder::new(true);
+    assert_eq!(hidden.push_all(tok, &ids).unwrap(), "assistant\nHi!");
+    assert!(hidden.push(tok, 1_000_000).is_err());
+}

@@ -1,0 +1,107 @@
+//! The tokenizer against llama.cpp on the real SmolLM2 GGUF: the same ids for every string of the
+//! corpus made by `scripts/tokenizer/make_reference.py`, and decoding gives the text back.
+
+mod common;
+
+use model::gguf::GgufFile;
+use model::tokenizer::{TokenAttr, Tokenizer};
+use std::sync::OnceLock;
+
+#[derive(serde::Deserialize)]
+struct Case {
+    text: String,
+    ids: Vec<u32>,
+    parse_special: bool,
+}
+
+fn tokenizer() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let gguf = GgufFile::open(&common::model_path()).expect("open the model");
+        Tokenizer::from_gguf(&gguf).expect("build the tokenizer")
+    })
+}
+
+fn corpus() -> Vec<Case> {
+    let path = common::data_dir("tokenizer").join("corpus.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("corpus line {}: {e}", i + 1))
+        })
+        .collect()
+}
+
+#[test]
+fn every_corpus_string_gets_llama_cpp_ids() {
+    let tok = tokenizer();
+    let cases = corpus();
+    assert!(
+        cases.len() >= 200,
+        "corpus has only {} strings",
+        cases.len()
+    );
+    let mut failures = Vec::new();
+    for c in &cases {
+        let got = tok.encode(&c.text, true, c.parse_special).expect("encode");
+        if got != c.ids {
+            failures.push(format!(
+                "{:?} (parse_special {}):\n  llama.cpp {:?}\n  ours      {:?}",
+                c.text, c.parse_special, c.ids, got
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} strings differ from llama.cpp:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn decoding_gives_the_text_back() {
+    let tok = tokenizer();
+    let mut checked = 0;
+    for c in corpus() {
+        let ids = tok.encode(&c.text, true, c.parse_special).expect("encode");
+        // Control tokens decode to their text unless skipped, so every string comes back whole,
+        // less the bytes the vocabulary has no token for (encoding drops them, as llama.cpp does).
+        let kept: Vec<u8> = c
+            .text
+            .bytes()
+            .filter(|&b| tok.byte_to_token(b).is_some())
+            .collect();
+        let expected = String::from_utf8_lossy(&kept);
+        assert_eq!(tok.decode(&ids, false).unwrap(), expected, "{ids:?}");
+        let has_special = ids.iter().any(|&id| {
+            tok.token_attr(id)
+                .is_some_and(|a| a.has(TokenAttr::CONTROL))
+        });
+        if !has_special {
+            assert_eq!(tok.decode(&ids, true).unwrap(), expected, "{ids:?}");
+        }
+        checked += usize::from(kept.len() == c.text.len());
+    }
+    assert!(checked >= 200, "only {checked} strings round-trip exactly");
+}
+
+#[test]
+fn special_tokens_match_llama_cpp() {
+    let tok = tokenizer();
+    // As llama.cpp's load log prints them (`print_info` / "printing all EOG tokens").
+    assert_eq!(tok.kind(), ("gpt2", "smollm"));
+    assert_eq!(tok.vocab_size(), 49152);
+    assert_eq!((tok.bos_id(), tok.eos_id()), (Some(1), Some(2)));
+    assert_eq!(tok.special_ids().unk, Some(0));
+    assert_eq!(tok.special_ids().pad, Some(2));
+    assert_eq!(tok.special_ids().fim_rep, Some(4));
+    assert_eq!(tok.eog_ids(), [0, 2, 4]);
+    assert!(!tok.add_bos() && !tok.add_eos());
+    assert_eq!(tok.token_to_piece(198, false), Some(&b"\n"[..]));
+    assert_eq!(tok.encode("<|im_end|>", false, true).unwrap(), [2]);
+    assert_eq!(tok.token_to_piece(2, false), Some(&b""[..]));
+    assert_eq!(tok.token_to_piece(2, true), Some(&b"<|im_end|>"[..]));
+}

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""numpy_forward.py — exact float64 NumPy reference forward pass of a llama-architecture GGUF model.
+
+Part of specula's reference fixtures (see scripts/reference/README.md; regenerate.sh runs it).
+It reads the GGUF file with the `gguf` package, dequantises every tensor with
+`gguf.quants.dequantize` (and checks that the result equals an independent float64
+dequantisation, i.e. that the weights are exact), converts them to float64 and runs the llama
+forward pass in float64 throughout:
+
+    x = token_embd[ids]
+    per layer:  h = rmsnorm(x) * attn_norm
+                q, k, v = h Wq^T, h Wk^T, h Wv^T             (per head, head_dim = n_embd / n_head)
+                q, k = rope(q), rope(k)                        llama.cpp's NORMAL mode (rope type 0)
+                a = softmax(q k^T / sqrt(head_dim) + causal mask) v   (grouped-query: head h reads KV head h // (n_head / n_head_kv))
+                x = x + a Wo^T
+                h = rmsnorm(x) * ffn_norm
+                x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+    logits = (rmsnorm(x) * output_norm) W_out^T              (W_out = output.weight, or token_embd when tied)
+
+RoPE: llama.cpp evaluates the `llama` architecture with rope mode 0 ("NORMAL"), which rotates
+ADJACENT pairs (x[2i], x[2i+1]) by pos * base^(-2i/n_rot). Hugging Face's Llama rotates the halves
+(x[i], x[i + d/2]); llama.cpp's converter permutes the rows of attn_q/attn_k so that the adjacent-pair
+rotation on GGUF weights is the same computation. `--rope neox` switches to the half-split rotation,
+only to show that it is the wrong one for this file (top-1 agreement with llama.cpp collapses).
+
+The token sequence is evaluated in independent chunks of at most --chunk tokens, each from a fresh
+context at positions 0..len-1 (no BOS is inserted: the ids are used as given).
+
+Outputs (in --out-dir; raw little-endian, row-major, one row per position i of the whole sequence):
+    numpy_top20_ids.bin          uint32  [n_pos, k]  ids of the k most probable next tokens, best first
+    numpy_top20_logprobs.bin     float32 [n_pos, k]  their log-probabilities (log-softmax over the vocab)
+    numpy_target_logprobs.bin    float64 [n_pos-1]   log-probability of the actual next token ids[i+1]
+and, with --work-dir, the full float64 log-probabilities [n_pos, n_vocab] as numpy_logprobs.npy
+(about 1.2 GB for 3,128 tokens; used by compare_llamacpp.py, not committed).
+
+Run (from the repository root; regenerate.sh does all of this):
+    python3 -m venv /tmp/specula-ref-venv
+    /tmp/specula-ref-venv/bin/pip install gguf==0.19.0 numpy==2.4.6
+    /tmp/specula-ref-venv/bin/python scripts/reference/numpy_forward.py \
+        --model "$(scripts/fetch-model.sh | tail -n1)" \
+        --tokens crates/model/tests/data/reference/tokens.json \
+        --out-dir crates/model/tests/data/reference --work-dir /tmp/specula-ref-work
+
+pip packages: gguf==0.19.0, numpy==2.4.6 (tested with these versions; Python 3.11).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT
+
+
+def log(msg: str) -> None:
+    print(f"numpy_forward: {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF loading
+# ---------------------------------------------------------------------------------------------
+
+def field_value(reader: gguf.GGUFReader, key: str, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def exact_dequant_f64(raw: np.ndarray, qtype: QT) -> np.ndarray | None:
+    """Independent float64 dequantisation of the block formats this model uses (None: not covered)."""
+    b = np.asarray(raw).reshape(-1)
+    if qtype == QT.Q4_1:  # block: f16 d, f16 m, 16 bytes of 4-bit quants; x = d*q + m
+        b = b.reshape(-1, 20)
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+        m = b[:, 2:4].copy().view(np.float16).astype(np.float64)
+        qs = b[:, 4:]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float64)
+        return d * q + m
+    if qtype == QT.Q8_0:  # block: f16 d, 32 int8 quants; x = d*q
+        b = b.reshape(-1, 34)
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+        q = b[:, 2:].copy().view(np.int8).astype(np.float64)
+        return d * q
+    if qtype == QT.Q4_0:  # block: f16 d, 16 bytes of 4-bit quants; x = d*(q - 8)
+        b = b.reshape(-1, 18)
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+        qs = b[:, 2:]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float64) - 8.0
+        return d * q
+    return None
+
+
+class Model:
+    """Float64 weights and hyper-parameters of a llama-architecture GGUF file."""
+
+    def __init__(self, path: str, check_exact: bool = True):
+        t0 = time.time()
+        r = gguf.GGUFReader(path)
+        arch = field_value(r, "general.architecture")
+        if arch != "llama":
+            raise SystemExit(f"numpy_forward: architecture {arch!r} is not 'llama'")
+        p = f"{arch}."
+        self.n_layer = int(field_value(r, p + "block_count"))
+        self.n_embd = int(field_value(r, p + "embedding_length"))
+        self.n_head = int(field_value(r, p + "attention.head_count"))
+        self.n_head_kv = int(field_value(r, p + "attention.head_count_kv", self.n_head))
+        self.head_dim = self.n_embd // self.n_head
+        self.n_rot = int(field_value(r, p + "rope.dimension_count", self.head_dim))
+        # float32 values in the file, taken exactly into float64
+        self.rope_base = float(field_value(r, p + "rope.freq_base", 10000.0))
+        self.eps = float(field_value(r, p + "attention.layer_norm_rms_epsilon"))
+        if field_value(r, p + "rope.scaling.type") not in (None, "none"):
+            raise SystemExit("numpy_forward: rope scaling is not implemented")
+        self.metadata = {
+            "general.architecture": arch,
+            "general.name": field_value(r, "general.name"),
+            "general.file_type": field_value(r, "general.file_type"),
+            p + "block_count": self.n_layer,
+            p + "context_length": field_value(r, p + "context_length"),
+            p + "embedding_length": self.n_embd,
+            p + "feed_forward_length": field_value(r, p + "feed_forward_length"),
+            p + "attention.head_count": self.n_head,
+            p + "attention.head_count_kv": self.n_head_kv,
+            p + "rope.dimension_count": self.n_rot,
+            p + "rope.freq_base": self.rope_base,
+            p + "attention.layer_norm_rms_epsilon": self.eps,
+            p + "vocab_size": field_value(r, p + "vocab_size"),
+            "tokenizer.ggml.model": field_value(r, "tokenizer.ggml.model"),
+            "tokenizer.ggml.pre": field_value(r, "tokenizer.ggml.pre"),
+            "tokenizer.ggml.add_bos_token": field_value(r, "tokenizer.ggml.add_bos_token"),
+            "tokenizer.ggml.add_space_prefix": field_value(r, "tokenizer.ggml.add_space_prefix"),
+            "tokenizer.ggml.bos_token_id": field_value(r, "tokenizer.ggml.bos_token_id"),
+            "tokenizer.ggml.eos_token_id": field_value(r, "tokenizer.ggml.eos_token_id"),
+            "tokenizer.ggml.padding_token_id": field_value(r, "tokenizer.ggml.padding_token_id"),
+            "tokenizer.ggml.unknown_token_id": field_value(r, "tokenizer.ggml.unknown_token_id"),
+        }
+        types: dict[str, int] = {}
+        self.w: dict[str, np.ndarray] = {}
+        n_checked = 0
+        for t in r.tensors:
+            types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+            w32 = gguf.quants.dequantize(t.data, t.tensor_type)
+            w64 = np.asarray(w32, dtype=np.float64)
+            if check_exact and t.tensor_type not in (QT.F32, QT.F64):
+                ref = exact_dequant_f64(t.data, t.tensor_type)
+                if ref is None:
+                    if t.tensor_type not in (QT.F16, QT.BF16):
+                        raise SystemExit(f"numpy_forward: no exactness check for {t.tensor_type.name}")
+                else:
+                    ref = ref.reshape(w64.shape)
+                    if not np.array_equal(ref, w64):
+                        n_bad = int((ref != w64).sum())
+                        log(f"{t.name}: gguf's float32 dequantisation is inexact at {n_bad} values; using float64")
+                        w64 = ref
+                    n_checked += 1
+            # gguf gives shape reversed from ggml's ne: [ne1, ne0] = [out, in] for matrices
+            self.w[t.name] = w64
+        self.tensor_types = types
+        self.tied_embeddings = "output.weight" not in self.w
+        self.n_vocab = self.w["token_embd.weight"].shape[0]
+        log(f"loaded {len(self.w)} tensors ({types}) in {time.time() - t0:.1f} s; "
+            f"{n_checked} quantised tensors checked exact; tied embeddings: {self.tied_embeddings}")
+
+    def out_weight(self) -> np.ndarray:
+        return self.w["token_embd.weight"] if self.tied_embeddings else self.w["output.weight"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward pass (float64)
+# ---------------------------------------------------------------------------------------------
+
+def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(ms + eps) * weight
+
+
+def rope_tables(n_pos: int, n_rot: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+    i = np.arange(n_rot // 2, dtype=np.float64)
+    inv_freq = base ** (-2.0 * i / n_rot)                       # theta_i = base^(-2i/n_rot)
+    ang = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(ang), np.sin(ang)                              # [n_pos, n_rot/2]
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, mode: str) -> np.ndarray:
+    """x: [T, n_heads, head_dim]; rotates the first n_rot dims of each head."""
+    y = x.copy()
+    c = cos[:, None, :]
+    s = sin[:, None, :]
+    if mode == "normal":    # llama.cpp mode 0: adjacent pairs (2i, 2i+1)
+        x0 = x[..., 0:n_rot:2]
+        x1 = x[..., 1:n_rot:2]
+        y[..., 0:n_rot:2] = x0 * c - x1 * s
+        y[..., 1:n_rot:2] = x0 * s + x1 * c
+    elif mode == "neox":    # half split (i, i + n_rot/2)
+        h = n_rot // 2
+        x0 = x[..., 0:h]
+        x1 = x[..., h:n_rot]
+        y[..., 0:h] = x0 * c - x1 * s
+        y[..., h:n_rot] = x0 * s + x1 * c
+    else:
+        raise ValueError(mode)
+    return y
+
+
+def forward(m: Model, ids: np.ndarray, rope_mode: str = "normal") -> np.ndarray:
+    """Logits [T, n_vocab] (float64) for one chunk evaluated from position 0 with a causal mask."""
+    T = len(ids)
+    H, HKV, D = m.n_head, m.n_head_kv, m.head_dim
+    group = H // HKV
+    cos, sin = rope_tables(T, m.n_rot, m.rope_base)
+    mask = np.triu(np.full((T, T), -np.inf), k=1)
+    scale = 1.0 / np.sqrt(D)
+
+    x = m.w["token_embd.weight"][ids]                            # [T, n_embd]
+    for layer in range(m.n_layer):
+        w = lambda name: m.w[f"blk.{layer}.{name}.weight"]      # noqa: E731
+        h = rmsnorm(x, w("attn_norm"), m.eps)
+        q = (h @ w("attn_q").T).reshape(T, H, D)
+        k = (h @ w("attn_k").T).reshape(T, HKV, D)
+        v = (h @ w("attn_v").T).reshape(T, HKV, D)
+        q = apply_rope(q, cos, sin, m.n_rot, rope_mode)
+        k = apply_rope(k, cos, sin, m.n_rot, rope_mode)
+        out = np.empty((T, H, D))
+        for hh in range(H):
+            kv = hh // group
+            s = (q[:, hh, :] @ k[:, kv, :].T) * scale + mask     # [T, T]
+            s = s - s.max(axis=1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(axis=1, keepdims=True)
+            out[:, hh, :] = p @ v[:, kv, :]
+        x = x + out.reshape(T, H * D) @ w("attn_output").T
+        h = rmsnorm(x, w("ffn_norm"), m.eps)
+        g = h @ w("ffn_gate").T
+        u = h @ w("ffn_up").T
+        f = (g / (1.0 + np.exp(-g))) * u                          # silu(g) * u
+        x = x + f @ w("ffn_down").T
+    h = rmsnorm(x, m.w["output_norm.weight"], m.eps)
+    return h @ m.out_weight().T
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    mx = logits.max(axis=-1, keepdims=True)
+    z = logits - mx
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def top_k(lp: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the k largest entries, best first; ties broken by the smaller id."""
+    part = np.argpartition(-lp, k, axis=1)[:, : k + 1]
+    ids = np.empty((lp.shape[0], k), dtype=np.int64)
+    for r in range(lp.shape[0]):
+        # candidates: the partition plus anything tied with its k-th value (rare)
+        kth = np.sort(lp[r, part[r]])[::-1][k - 1]
+        cand = np.nonzero(lp[r] >= kth)[0]
+        order = np.lexsort((cand, -lp[r, cand]))
+        ids[r] = cand[order[:k]]
+    return ids, np.take_along_axis(lp, ids, axis=1)
+
+
+def chunks(n: int, size: int):
+    return [(s, min(n, s + size)) for s in range(0, n, size)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="GGUF file")
+    ap.add_argument("--tokens", required=True, help="tokens.json (a JSON object with an 'ids' list, or a list)")
+    ap.add_argument("--chunk", type=int, default=1024, help="tokens per independent chunk (default 1024)")
+    ap.add_argument("--k", type=int, default=20, help="top-k to store (default 20)")
+    ap.add_argument("--out-dir", required=True, help="where the compact fixture files go")
+    ap.add_argument("--work-dir", help="where the full float64 log-probs go (numpy_logprobs.npy)")
+    ap.add_argument("--rope", choices=["normal", "neox"], default="normal",
+                    help="RoPE pairing (normal = llama.cpp mode 0, adjacent pairs; neox only for the check)")
+    ap.add_argument("--max-tokens", type=int, default=0, help="only the first N tokens (debugging)")
+    ap.add_argument("--info-json", help="write model metadata and timing as JSON here")
+    args = ap.parse_args()
+
+    with open(args.tokens) as f:
+        doc = json.load(f)
+    ids = np.asarray(doc["ids"] if isinstance(doc, dict) else doc, dtype=np.int64)
+    if args.max_tokens:
+        ids = ids[: args.max_tokens]
+    n = len(ids)
+
+    t_start = time.time()
+    m = Model(args.model)
+    t_loaded = time.time()
+    os.makedirs(args.out_dir, exist_ok=True)
+    full = None
+    if args.work_dir:
+        os.makedirs(args.work_dir, exist_ok=True)
+        full = np.lib.format.open_memmap(os.path.join(args.work_dir, "numpy_logprobs.npy"), mode="w+",
+                                         dtype=np.float64, shape=(n, m.n_vocab))
+    top_ids = np.zeros((n, args.k), dtype=np.uint32)
+    top_lp = np.zeros((n, args.k), dtype=np.float32)
+    target = np.zeros(max(n - 1, 0), dtype=np.float64)
+    for (s, e) in chunks(n, args.chunk):
+        t0 = time.time()
+        lp = log_softmax(forward(m, ids[s:e], args.rope))
+        ti, tl = top_k(lp, args.k)
+        top_ids[s:e] = ti
+        top_lp[s:e] = tl
+        for i in range(s, min(e, n - 1)):
+            target[i] = lp[i - s, ids[i + 1]]
+        if full is not None:
+            full[s:e] = lp
+        log(f"chunk [{s}, {e}) done in {time.time() - t0:.1f} s")
+    if full is not None:
+        full.flush()
+        del full
+
+    top_ids.astype("<u4").tofile(os.path.join(args.out_dir, "numpy_top20_ids.bin"))
+    top_lp.astype("<f4").tofile(os.path.join(args.out_dir, "numpy_top20_logprobs.bin"))
+    target.astype("<f8").tofile(os.path.join(args.out_dir, "numpy_target_logprobs.bin"))
+    ppl = float(np.exp(-target.mean())) if len(target) else float("nan")
+    log(f"{n} tokens, chunk {args.chunk}, rope {args.rope}: perplexity {ppl:.4f} "
+        f"(load {t_loaded - t_start:.1f} s, forward {time.time() - t_loaded:.1f} s)")
+    if args.info_json:
+        info = {
+            "metadata": m.metadata,
+            "tensor_types": m.tensor_types,
+            "tied_embeddings": m.tied_embeddings,
+            "n_vocab": m.n_vocab,
+            "rope_mode": args.rope,
+            "perplexity": ppl,
+            "load_seconds": round(t_loaded - t_start, 1),
+            "forward_seconds": round(time.time() - t_loaded, 1),
+            "gguf_version": getattr(gguf, "__version__", None) or _dist_version("gguf"),
+            "numpy_version": np.__version__,
+        }
+        with open(args.info_json, "w") as f:
+            json.dump(info, f, indent=2)
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":
+    main()
