@@ -4,6 +4,7 @@ mod assets;
 mod bench_cmd;
 mod demo;
 mod generate;
+mod model_bench;
 mod model_cmd;
 
 use clap::{Parser, Subcommand};

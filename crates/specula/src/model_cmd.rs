@@ -17,6 +17,8 @@ pub struct ModelArgs {
 enum ModelAction {
     /// Fetch the default model (SmolLM2-135M-Instruct Q4_1) into the cache and print its path.
     Pull,
+    /// Measure the runtime's prompt, decode and batched-decode speed (like llama-bench).
+    Bench(crate::model_bench::ModelBenchArgs),
     /// Print a GGUF model's architecture, configuration and tensor types.
     Info {
         /// A GGUF file [default: the default model].
@@ -39,6 +41,7 @@ pub fn run(args: ModelArgs) -> Result<(), Failure> {
         ModelAction::Pull => {
             println!("{}", crate::assets::default_model()?.display());
         }
+        ModelAction::Bench(args) => crate::model_bench::run(args)?,
         ModelAction::Info { model } => {
             let path = resolve(model)?;
             let file = GgufFile::open(&path)?;

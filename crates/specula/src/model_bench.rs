@@ -1,0 +1,153 @@
+//! `specula model bench`: the runtime's raw speed, measured the way llama.cpp's `llama-bench`
+//! (prompt processing, single-sequence decode) and `llama-batched-bench` (aggregate decode of N
+//! sequences in one batched step) measure theirs, so the figures can stand side by side.
+
+use crate::Failure;
+use anyhow::{Context, anyhow};
+use clap::Args;
+use model::{LogitsFor, Model, Runner, SeqInput};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct ModelBenchArgs {
+    /// A GGUF file [default: the default model].
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt tokens processed in one forward pass (llama-bench's pp).
+    #[arg(long, default_value_t = 512)]
+    pp: usize,
+    /// Tokens decoded one at a time after a 1-token prompt (llama-bench's tg).
+    #[arg(long, default_value_t = 128)]
+    tg: usize,
+    /// Sequences decoded together in one batched step, comma-separated (llama-batched-bench's
+    /// -npl); each decodes --batch-tokens tokens after a --batch-prompt-token prompt.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
+    batch: Vec<usize>,
+    #[arg(long, default_value_t = 128)]
+    batch_prompt: usize,
+    #[arg(long, default_value_t = 32)]
+    batch_tokens: usize,
+    /// Repetitions of each measurement (the best is reported, as the noise here is one-sided).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+}
+
+const BLOCK: usize = 16;
+
+/// Token ids to feed: ordinary ids spread over the vocabulary (content does not change speed).
+fn tokens(n: usize, seed: usize, vocab: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| (100 + (i * 7919 + seed * 104_729) % (vocab - 200)) as u32)
+        .collect()
+}
+
+fn best_of<F: FnMut() -> anyhow::Result<f64>>(repeat: usize, mut f: F) -> anyhow::Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..repeat.max(1) {
+        best = best.min(f()?);
+    }
+    Ok(best)
+}
+
+pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
+    if args.pp == 0 || args.tg == 0 || args.batch.contains(&0) {
+        return Err(anyhow!("--pp, --tg and --batch levels must be at least 1").into());
+    }
+    let path = crate::model_cmd::resolve(args.model)?;
+    let model = Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    let cfg = &model.config;
+    let vocab = cfg.vocab_size;
+    println!(
+        "specula model bench: {} ({} threads, kernels: {:?})",
+        path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned()
+        ),
+        kernels::threads::count(),
+        kernels::gemm::isa()
+    );
+
+    let blocks_for = |n: usize| n.div_ceil(BLOCK);
+    // Prompt processing: one forward over pp tokens.
+    let prompt = tokens(args.pp, 1, vocab);
+    let table: Vec<u32> = (0..blocks_for(args.pp) as u32).collect();
+    let mut runner = Runner::new(cfg, BLOCK, table.len());
+    let secs = best_of(args.repeat, || {
+        let t = Instant::now();
+        let input = SeqInput {
+            tokens: &prompt,
+            start_pos: 0,
+            blocks: &table,
+            logits: LogitsFor::Last,
+        };
+        runner.forward(&model, &[input])?;
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    println!("  pp{:<5} {:>9.1} tok/s", args.pp, args.pp as f64 / secs);
+
+    // Single-sequence decode.
+    let decode_tokens = tokens(args.tg + 1, 2, vocab);
+    let table: Vec<u32> = (0..blocks_for(args.tg + 1) as u32).collect();
+    let mut runner = Runner::new(cfg, BLOCK, table.len());
+    let secs = best_of(args.repeat, || {
+        let t = Instant::now();
+        for pos in 0..args.tg {
+            let input = SeqInput {
+                tokens: &decode_tokens[pos..pos + 1],
+                start_pos: pos,
+                blocks: &table,
+                logits: LogitsFor::Last,
+            };
+            runner.forward(&model, &[input])?;
+        }
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    println!("  tg{:<5} {:>9.1} tok/s", args.tg, args.tg as f64 / secs);
+
+    // Aggregate decode: n sequences, prompts prefilled first (not timed), then batched steps.
+    for &n in &args.batch {
+        let per_seq = blocks_for(args.batch_prompt + args.batch_tokens);
+        let seqs: Vec<Vec<u32>> = (0..n)
+            .map(|i| tokens(args.batch_prompt + args.batch_tokens, 10 + i, vocab))
+            .collect();
+        let tables: Vec<Vec<u32>> = (0..n)
+            .map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect())
+            .collect();
+        let mut runner = Runner::new(cfg, BLOCK, n * per_seq);
+        let secs = best_of(args.repeat, || {
+            for (s, t) in seqs.iter().zip(&tables) {
+                let input = SeqInput {
+                    tokens: &s[..args.batch_prompt],
+                    start_pos: 0,
+                    blocks: t,
+                    logits: LogitsFor::Last,
+                };
+                runner.forward(&model, &[input])?;
+            }
+            let t = Instant::now();
+            for step in 0..args.batch_tokens {
+                let pos = args.batch_prompt + step;
+                let inputs: Vec<SeqInput<'_>> = seqs
+                    .iter()
+                    .zip(&tables)
+                    .map(|(s, t)| SeqInput {
+                        tokens: &s[pos..pos + 1],
+                        start_pos: pos,
+                        blocks: t,
+                        logits: LogitsFor::Last,
+                    })
+                    .collect();
+                runner.forward(&model, &inputs)?;
+            }
+            Ok(t.elapsed().as_secs_f64())
+        })?;
+        println!(
+            "  decode x{n:<3} {:>9.1} tok/s aggregate ({} tokens each after a {}-token prompt)",
+            (n * args.batch_tokens) as f64 / secs,
+            args.batch_tokens,
+            args.batch_prompt
+        );
+    }
+    Ok(())
+}
