@@ -22,12 +22,30 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
                 // SAFETY: Avx512 implies F16C (see Isa::detect).
                 unsafe { tile.fill(w.dtype, w.row(n), n - start, ROW_TILE) };
             }
-            for m in 0..x.m {
+            // Four activation rows at a time share each weight load; the rest one by one.
+            let mut m = 0;
+            while m < x.m {
+                let take = if x.m - m >= 4 { 4 } else { 1 };
                 for n in start..end {
-                    // SAFETY: the CPU has AVX-512 VNNI (isa), and slot n − start was filled.
-                    let v = unsafe { tile.row_dot(w.dtype, n - start, x.row_q16(m)) };
-                    out.write(m * n_total + n, v);
+                    let slot = n - start;
+                    // SAFETY: the CPU has AVX-512 VNNI (isa), and the slot was filled.
+                    if take == 4 {
+                        let rows = [
+                            x.row_q16(m),
+                            x.row_q16(m + 1),
+                            x.row_q16(m + 2),
+                            x.row_q16(m + 3),
+                        ];
+                        let v = unsafe { tile.row_dots(slot, rows) };
+                        for (j, v) in v.into_iter().enumerate() {
+                            out.write((m + j) * n_total + n, v);
+                        }
+                    } else {
+                        let [v] = unsafe { tile.row_dots(slot, [x.row_q16(m)]) };
+                        out.write(m * n_total + n, v);
+                    }
                 }
+                m += take;
             }
             start = end;
         }

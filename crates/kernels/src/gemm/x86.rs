@@ -128,54 +128,83 @@ fn block_sums_avx512(w: __m512i, a: &BlockQ16) -> __m512i {
     _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, x)
 }
 
+/// Partial sums that break the dependency between consecutive blocks' FMAs.
+const LANES: usize = 4;
+
+/// For each of `M` activation rows, Σ over blocks of (weights · activations) · d_w · d_x + c · s_x,
+/// where `block(i)` gives block i's weights as 32 i16, its `d_w` and its offset coefficient `c`
+/// (shared by the M rows: one weight load feeds them all). Block i goes into partial sum i mod 4,
+/// summed at the end in a fixed order: each row's arithmetic is the same whatever M and whichever
+/// path (packed or unpacked weights) computes it, so results are bitwise equal across batches.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma")]
+fn accumulate_avx512<const M: usize, F: FnMut(usize) -> (__m512i, f32, f32)>(
+    acts: [&[BlockQ16]; M],
+    mut block: F,
+) -> [f32; M] {
+    let mut acc = [[_mm512_setzero_ps(); LANES]; M];
+    let mut off = [[0.0f32; LANES]; M];
+    let mut step =
+        |i: usize, lane: usize, acc: &mut [[__m512; LANES]; M], off: &mut [[f32; LANES]; M]| {
+            let (w, d, c) = block(i);
+            for r in 0..M {
+                let a = &acts[r][i];
+                let p = block_sums_avx512(w, a);
+                acc[r][lane] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(d * a.d), acc[r][lane]);
+                off[r][lane] += c * a.s;
+            }
+        };
+    let n = acts[0].len();
+    let full = n / LANES * LANES;
+    for base in (0..full).step_by(LANES) {
+        for lane in 0..LANES {
+            step(base + lane, lane, &mut acc, &mut off);
+        }
+    }
+    for (lane, i) in (full..n).enumerate() {
+        step(i, lane, &mut acc, &mut off);
+    }
+    std::array::from_fn(|r| {
+        let a = &acc[r];
+        let total = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+        let o = &off[r];
+        _mm512_reduce_add_ps(total) + ((o[0] + o[1]) + (o[2] + o[3]))
+    })
+}
+
+/// A Q4 block's nibbles as 32 i16 (values 0..16 of the block, then 16..32).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+fn nibbles_i16(qs: &[u8]) -> __m512i {
+    let (lo, hi) = nibble_halves(qs);
+    _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo))
+}
+
 /// One weight row · one activation row, AVX-512 with VNNI.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL and VNNI, and F16C; `row` must hold `acts.len()` blocks.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn row_dot_avx512(dtype: GgmlType, row: &[u8], acts: &[BlockQ16]) -> f32 {
-    let mut acc = _mm512_setzero_ps();
-    let mut offset_sum = 0.0f32;
-    let blocks = row.chunks_exact(dtype.type_size()).zip(acts);
+    let size = dtype.type_size();
+    let b = |i: usize| &row[i * size..(i + 1) * size];
     match dtype {
-        GgmlType::Q4_1 => {
-            for (b, a) in blocks {
-                let (lo, hi) = nibble_halves(&b[4..]);
-                let w = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
-                let p = block_sums_avx512(w, a);
-                acc = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(p),
-                    _mm512_set1_ps(f16_at(b, 0) * a.d),
-                    acc,
-                );
-                offset_sum += f16_at(b, 2) * a.s;
-            }
-        }
-        GgmlType::Q4_0 => {
-            for (b, a) in blocks {
-                let d = f16_at(b, 0);
-                let (lo, hi) = nibble_halves(&b[2..]);
-                let w = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
-                let p = block_sums_avx512(w, a);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(d * a.d), acc);
-                offset_sum -= 8.0 * d * a.s;
-            }
-        }
-        GgmlType::Q8_0 => {
-            for (b, a) in blocks {
-                // SAFETY: a Q8_0 block has 32 quant bytes after its 2-byte scale.
-                let q = unsafe { _mm256_loadu_si256(b[2..].as_ptr().cast()) };
-                let p = block_sums_avx512(_mm512_cvtepi8_epi16(q), a);
-                acc = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(p),
-                    _mm512_set1_ps(f16_at(b, 0) * a.d),
-                    acc,
-                );
-            }
-        }
+        GgmlType::Q4_1 => accumulate_avx512([acts], |i| {
+            (nibbles_i16(&b(i)[4..]), f16_at(b(i), 0), f16_at(b(i), 2))
+        })[0],
+        GgmlType::Q4_0 => accumulate_avx512([acts], |i| {
+            let d = f16_at(b(i), 0);
+            // Σ (q − 8)·x = Σ q·x − 8·Σx, and d_w·d_x·Σx = d_w·s_x.
+            (nibbles_i16(&b(i)[2..]), d, -(8.0 * d))
+        })[0],
+        GgmlType::Q8_0 => accumulate_avx512([acts], |i| {
+            // SAFETY: a Q8_0 block has 32 quant bytes after its 2-byte scale.
+            let q = unsafe { _mm256_loadu_si256(b(i)[2..].as_ptr().cast()) };
+            (_mm512_cvtepi8_epi16(q), f16_at(b(i), 0), 0.0)
+        })[0],
         _ => unreachable!("handles() filters the types"),
     }
-    _mm512_reduce_add_ps(acc) + offset_sum
 }
 
 /// Weight rows unpacked once for a whole batch: per block, 32 i16 values (unsigned nibbles, or
@@ -232,31 +261,24 @@ impl Expanded {
         }
     }
 
-    /// Row `slot`'s dot product with `acts`.
+    /// Row `slot`'s dot products with `M` activation rows (all of `nb` blocks).
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F/BW and VNNI; `slot` must have been filled for `acts.len()`
-    /// blocks.
+    /// The CPU must support AVX-512 F/BW and VNNI; `slot` must have been filled for as many blocks
+    /// as each activation row has.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn row_dot(&self, dtype: GgmlType, slot: usize, acts: &[BlockQ16]) -> f32 {
-        let nb = acts.len();
-        let mut acc = _mm512_setzero_ps();
-        let mut offset_sum = 0.0f32;
-        for (i, a) in acts.iter().enumerate() {
+    pub(super) unsafe fn row_dots<const M: usize>(
+        &self,
+        slot: usize,
+        acts: [&[BlockQ16]; M],
+    ) -> [f32; M] {
+        let nb = acts[0].len();
+        accumulate_avx512(acts, |i| {
             let at = slot * nb + i;
-            let v = &self.values[at * 32..at * 32 + 32];
-            // SAFETY: 32 i16 = 64 readable bytes.
-            let w = unsafe { _mm512_loadu_si512(v.as_ptr().cast()) };
-            let p = block_sums_avx512(w, a);
-            acc = _mm512_fmadd_ps(
-                _mm512_cvtepi32_ps(p),
-                _mm512_set1_ps(self.scale[at] * a.d),
-                acc,
-            );
-            if dtype != GgmlType::Q8_0 {
-                offset_sum += self.offset[at] * a.s;
-            }
-        }
-        _mm512_reduce_add_ps(acc) + offset_sum
+            // SAFETY: 32 i16 = 64 readable bytes per filled block.
+            let w =
+                unsafe { _mm512_loadu_si512(self.values[at * 32..at * 32 + 32].as_ptr().cast()) };
+            (w, self.scale[at], self.offset[at])
+        })
     }
 }
