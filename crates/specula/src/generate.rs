@@ -35,6 +35,9 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
+    /// After the speed line, print the generated token ids (`ids: 1 2 3`).
+    #[arg(long)]
+    show_ids: bool,
     /// A GGUF model [default: SmolLM2-135M-Instruct Q4_1, fetched on first use].
     #[arg(long)]
     model: Option<PathBuf>,
@@ -115,9 +118,11 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
 
     let t1 = Instant::now();
     let mut generated = 0usize;
+    let mut ids_out = Vec::new();
     loop {
         let next = sampler.sample(&mut logits, 0).token;
         generated += 1;
+        ids_out.push(next);
         let eog = tokenizer.is_eog(next) && !args.ignore_eos;
         if !eog {
             let piece = decoder
@@ -162,5 +167,9 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
         generated,
         decode_rate
     );
+    if args.show_ids {
+        let ids: Vec<String> = ids_out.iter().map(u32::to_string).collect();
+        println!("ids: {}", ids.join(" "));
+    }
     Ok(())
 }
