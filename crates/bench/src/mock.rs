@@ -85,8 +85,9 @@ impl MockConfig {
         if !(self.tokens_per_second.is_finite() && self.tokens_per_second > 0.0) {
             return Err("tokens per second must be a positive number".into());
         }
-        if !(self.ttft_ms >= 0.0 && self.ttft_jitter_ms >= 0.0) {
-            return Err("TTFT and its jitter must not be negative".into());
+        let sane_ms = |v: f64| v.is_finite() && (0.0..=3_600_000.0).contains(&v);
+        if !(sane_ms(self.ttft_ms) && sane_ms(self.ttft_jitter_ms)) {
+            return Err("TTFT and its jitter must be between 0 and 3,600,000 ms".into());
         }
         if self.tokens_per_chunk == 0 || self.fault_every == 0 {
             return Err("tokens per chunk and fault-every must be at least 1".into());

@@ -95,9 +95,15 @@ pub async fn run_sweep(
         }
         if stats.without_usage > 0 && !told_no_usage {
             told_no_usage = true;
-            let note = format!(
-                "the server sent no usage (C={c}): completion tokens are counted as content chunks, which undercounts when a chunk holds several tokens"
-            );
+            let note = if cfg.stream {
+                format!(
+                    "the server sent no usage (C={c}): completion tokens are counted as content chunks, which undercounts when a chunk holds several tokens"
+                )
+            } else {
+                format!(
+                    "the server sent no usage (C={c}): without streaming there is nothing to count, so completion tokens and throughput show 0; stream, or use a server that reports usage"
+                )
+            };
             text += &format!("      note: {note}\n");
             notes.push(note);
         }

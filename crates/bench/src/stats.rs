@@ -145,7 +145,8 @@ pub fn wall_time(records: &[RequestRecord]) -> f64 {
 }
 
 fn usage_differs_from_chunks(r: &RequestRecord) -> bool {
-    if !r.usage_reported || r.content_chunks == 0 {
+    // A whole (non-streamed) response is one "chunk" whatever its length: nothing to compare.
+    if !r.usage_reported || r.content_chunks == 0 || r.ttft_s.is_none() {
         return false;
     }
     let usage = r.completion_tokens as f64;
@@ -174,6 +175,7 @@ mod tests {
         r.completion_tokens = tokens;
         r.content_chunks = tokens;
         r.usage_reported = true;
+        r.ttft_s = Some(0.01);
         r
     }
 
@@ -231,7 +233,10 @@ mod tests {
         a.content_chunks = 91;
         let mut b = ok_record(1, 0.0, 1.0, 100);
         b.content_chunks = 89;
-        let s = LevelStats::compute(1, &[a, b]);
+        let mut whole = ok_record(2, 0.0, 1.0, 100);
+        whole.ttft_s = None; // not streamed: one "chunk" whatever the length
+        whole.content_chunks = 1;
+        let s = LevelStats::compute(1, &[a, b, whole]);
         assert_eq!(s.usage_chunk_mismatch, 1);
     }
 

@@ -1,5 +1,6 @@
-//! specula's CPU kernels: quantised formats and (to come) GEMM over them, attention over paged
-//! KV blocks, norms, RoPE and activations, with AVX-512 / AVX2 / portable paths chosen at run time.
+//! specula's CPU kernels: GGML's quantised formats, GEMM of quantised weights with 16-bit
+//! activations, attention over paged KV blocks, norms, RoPE and activations, with AVX-512 /
+//! AVX2 / portable paths chosen at run time, and the thread pool they run on.
 
 pub mod attention;
 pub mod gemm;

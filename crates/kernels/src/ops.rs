@@ -15,12 +15,28 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// head's adjacent pairs (x₂ᵢ, x₂ᵢ₊₁) rotate by `pos · base^(−2i/rot_dims)`. Angles are computed in
 /// f64, so large positions lose no precision.
 pub fn rope_normal(x: &mut [f32], head_dim: usize, rot_dims: usize, pos: usize, base: f32) {
-    debug_assert!(rot_dims <= head_dim && rot_dims.is_multiple_of(2));
-    for i in 0..rot_dims / 2 {
+    let mut angles = Vec::new();
+    rope_angles(pos, rot_dims, base, &mut angles);
+    rope_apply(x, head_dim, &angles);
+}
+
+/// (cos, sin) of each rotated pair's angle at `pos`: the same for every layer and for queries
+/// and keys, so a forward pass computes them once per token.
+pub fn rope_angles(pos: usize, rot_dims: usize, base: f32, out: &mut Vec<(f32, f32)>) {
+    debug_assert!(rot_dims.is_multiple_of(2));
+    out.clear();
+    out.extend((0..rot_dims / 2).map(|i| {
         let theta = pos as f64 * f64::from(base).powf(-2.0 * i as f64 / rot_dims as f64);
         let (sin, cos) = theta.sin_cos();
-        let (sin, cos) = (sin as f32, cos as f32);
-        for head in x.chunks_exact_mut(head_dim) {
+        (cos as f32, sin as f32)
+    }));
+}
+
+/// Rotates each head's first `2 · angles.len()` dimensions pairwise (see [`rope_normal`]).
+pub fn rope_apply(x: &mut [f32], head_dim: usize, angles: &[(f32, f32)]) {
+    debug_assert!(2 * angles.len() <= head_dim);
+    for head in x.chunks_exact_mut(head_dim) {
+        for (i, &(cos, sin)) in angles.iter().enumerate() {
             let (a, b) = (head[2 * i], head[2 * i + 1]);
             head[2 * i] = a * cos - b * sin;
             head[2 * i + 1] = a * sin + b * cos;

@@ -34,7 +34,12 @@ impl ModelConfig {
         let hidden = n("embedding_length")?;
         let n_heads = n("attention.head_count")?;
         let n_kv_heads = n("attention.head_count_kv").unwrap_or(n_heads);
-        if n_heads == 0 || hidden % n_heads != 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+        if hidden == 0
+            || n_heads == 0
+            || hidden % n_heads != 0
+            || n_kv_heads == 0
+            || n_heads % n_kv_heads != 0
+        {
             return Err(ModelError::BadConfig(format!(
                 "{n_heads} heads, {n_kv_heads} KV heads and hidden size {hidden} do not fit together"
             )));
@@ -50,6 +55,18 @@ impl ModelConfig {
             Ok(v) => v,
             Err(_) => file.get_array("tokenizer.ggml.tokens")?.len(),
         };
+        let ffn_hidden = n("feed_forward_length")?;
+        let context_length = n("context_length")?;
+        if hidden % 32 != 0
+            || ffn_hidden == 0
+            || ffn_hidden % 32 != 0
+            || vocab_size == 0
+            || context_length == 0
+        {
+            return Err(ModelError::BadConfig(format!(
+                "hidden size {hidden} and feed-forward size {ffn_hidden} must be positive multiples of 32, and vocabulary ({vocab_size}) and context ({context_length}) not empty"
+            )));
+        }
         Ok(Self {
             n_layers: n("block_count")?,
             hidden,
@@ -57,9 +74,9 @@ impl ModelConfig {
             n_kv_heads,
             head_dim,
             rope_dims,
-            ffn_hidden: n("feed_forward_length")?,
+            ffn_hidden,
             vocab_size,
-            context_length: n("context_length")?,
+            context_length,
             rope_base: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             norm_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
             architecture: arch,

@@ -1,5 +1,5 @@
-//! The model runtime: GGUF files, tokenizer and chat template from their metadata, and (to come)
-//! the layers, the batched runner and the sampler.
+//! The model runtime: GGUF files, tokenizer and chat template from their metadata, the model's
+//! configuration and weights, the batched runner over a paged KV store, and the sampler.
 
 pub mod chat_template;
 pub mod config;

@@ -11,7 +11,7 @@ use crate::gguf::GgufFile;
 use crate::weights::ModelWeights;
 use kernels::attention::{KvShape, paged_attention};
 use kernels::gemm::{Activations, gemm};
-use kernels::ops::{add_assign, rms_norm, rope_normal, silu_mul};
+use kernels::ops::{add_assign, rms_norm, rope_angles, rope_apply, silu_mul};
 use kernels::quant::dequantize;
 use rayon::prelude::*;
 use std::path::Path;
@@ -193,6 +193,15 @@ impl Runner {
         let mut proj = vec![0.0f32; m * hd];
         let (mut gate, mut up) = (vec![0.0f32; m * ffn], vec![0.0f32; m * ffn]);
         let layer_stride = self.n_blocks * self.shape.block_stride();
+        // RoPE angles per row, shared by every layer and by queries and keys.
+        let angles: Vec<Vec<(f32, f32)>> = rows
+            .iter()
+            .map(|&(_, pos)| {
+                let mut a = Vec::new();
+                rope_angles(pos, cfg.rope_dims, cfg.rope_base, &mut a);
+                a
+            })
+            .collect();
         let scale = 1.0 / (cfg.head_dim as f32).sqrt();
 
         for (l, lw) in model.weights.layers.iter().enumerate() {
@@ -206,20 +215,8 @@ impl Runner {
             let keys = &mut self.keys[l * layer_stride..(l + 1) * layer_stride];
             let values = &mut self.values[l * layer_stride..(l + 1) * layer_stride];
             for (r, &(si, pos)) in rows.iter().enumerate() {
-                rope_normal(
-                    &mut q[r * hd..(r + 1) * hd],
-                    cfg.head_dim,
-                    cfg.rope_dims,
-                    pos,
-                    cfg.rope_base,
-                );
-                rope_normal(
-                    &mut k[r * kvd..(r + 1) * kvd],
-                    cfg.head_dim,
-                    cfg.rope_dims,
-                    pos,
-                    cfg.rope_base,
-                );
+                rope_apply(&mut q[r * hd..(r + 1) * hd], cfg.head_dim, &angles[r]);
+                rope_apply(&mut k[r * kvd..(r + 1) * kvd], cfg.head_dim, &angles[r]);
                 let at = self.shape.offset(seqs[si].blocks, pos);
                 keys[at..at + kvd].copy_from_slice(&k[r * kvd..(r + 1) * kvd]);
                 values[at..at + kvd].copy_from_slice(&v[r * kvd..(r + 1) * kvd]);

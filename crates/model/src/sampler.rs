@@ -3,6 +3,9 @@
 
 use std::collections::HashMap;
 
+/// Temperatures below this are greedy (dividing by them would overflow to infinity).
+const MIN_TEMPERATURE: f32 = 1e-5;
+
 /// Sampling settings of one request (OpenAI's and vLLM's parameter names and meanings).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
@@ -77,7 +80,8 @@ impl SamplingParams {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampled {
     pub token: u32,
-    /// Log-probability of `token` under the model's distribution (before sampling filters).
+    /// Log-probability of `token` under the model's distribution after the penalties, before
+    /// temperature and the top-k/top-p/min-p filters.
     pub logprob: f32,
     /// The `n` most likely tokens and their log-probabilities, most likely first.
     pub top: Vec<(u32, f32)>,
@@ -121,7 +125,7 @@ impl Sampler {
     pub fn sample(&mut self, logits: &mut [f32], n_top: usize) -> Sampled {
         self.apply_penalties(logits);
         let (top, logprob_of) = log_probs(logits, n_top);
-        let token = if self.params.temperature == 0.0 {
+        let token = if self.params.temperature < MIN_TEMPERATURE {
             argmax(logits)
         } else {
             self.draw(logits)
@@ -137,8 +141,12 @@ impl Sampler {
     fn apply_penalties(&self, logits: &mut [f32]) {
         let p = &self.params;
         if p.repetition_penalty != 1.0 {
-            let seen = self.prompt_tokens.iter().chain(self.output_counts.keys());
-            for &t in seen {
+            // Every token seen in the prompt or the output, once.
+            let output_only = self
+                .output_counts
+                .keys()
+                .filter(|t| self.prompt_tokens.binary_search(t).is_err());
+            for &t in self.prompt_tokens.iter().chain(output_only) {
                 let l = &mut logits[t as usize];
                 *l = if *l > 0.0 {
                     *l / p.repetition_penalty
@@ -360,6 +368,39 @@ mod tests {
             &[1, 3],
         );
         assert_eq!(s.sample(&mut logits(), 0).token, 2, "3/2 = 1.5 < 2");
+        // Token 2 is now in the output but not the prompt; 1 and 3 (prompt) were penalised once:
+        // a token in both the prompt and the output is not penalised twice.
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature: 0.0,
+                repetition_penalty: 2.0,
+                ..Default::default()
+            },
+            &[1],
+        );
+        assert_eq!(
+            s.sample(&mut [0.0, 4.0, 2.1, 0.0], 0).token,
+            2,
+            "4/2 = 2 < 2.1"
+        );
+        assert_eq!(
+            s.sample(&mut [0.0, 4.0, 2.1, 0.0], 0).token,
+            1,
+            "2.1/2 < 4/2: 1 penalised once"
+        );
+        let mut tiny = Sampler::new(
+            SamplingParams {
+                temperature: 1e-40,
+                seed: 1,
+                ..Default::default()
+            },
+            &[],
+        );
+        assert_eq!(
+            tiny.sample(&mut logits(), 0).token,
+            1,
+            "a tiny temperature is greedy"
+        );
     }
 
     #[test]

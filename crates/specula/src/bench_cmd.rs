@@ -229,9 +229,9 @@ impl RunArgs {
             bail!("--max-tokens must be at least 1");
         }
         if let Some(r) = self.request_rate
-            && !(r > 0.0 && r.is_finite())
+            && !(r >= 0.001 && r.is_finite())
         {
-            bail!("--request-rate must be a positive number of requests per second");
+            bail!("--request-rate must be a number of requests per second, at least 0.001");
         }
         let timeout = Duration::try_from_secs_f64(self.timeout)
             .ok()

@@ -532,6 +532,10 @@ fn completions_endpoint_without_streaming() {
     );
     assert_success(&out);
     assert!(stdout(&out).contains("| ok: 4/4"));
+    assert!(
+        !stdout(&out).contains("warning:"),
+        "a whole response is not a multi-token chunk"
+    );
     let run = load(&json);
     let r = &requests(&run, 0)[0];
     assert_eq!(r["completion_tokens"], 7);

@@ -128,7 +128,9 @@ impl Client {
             );
         }
         if !rec.usage_reported {
-            rec.completion_tokens = rec.content_chunks;
+            // Streamed: one content chunk is one token for most servers. Whole responses give no
+            // count at all without usage (the runner says so).
+            rec.completion_tokens = if self.stream { rec.content_chunks } else { 0 };
         }
         rec
     }

@@ -138,9 +138,13 @@ pub fn isa() -> Isa {
     *ISA.get_or_init(|| {
         let best = Isa::detect();
         let asked = match std::env::var("SPECULA_KERNELS").as_deref() {
+            Err(_) | Ok("") | Ok("avx512") => best,
             Ok("portable") => Isa::Portable,
             Ok("avx2") => Isa::Avx2,
-            _ => best,
+            Ok(other) => {
+                eprintln!("warning: SPECULA_KERNELS={other} is not portable, avx2 or avx512; using {best:?}");
+                best
+            }
         };
         asked.min(best)
     })
@@ -172,29 +176,36 @@ pub fn gemm(w: &QMatrix<'_>, x: &Activations, out: &mut [f32]) {
     });
 }
 
-/// The output matrix shared by the threads of one product; each writes only the columns of its
-/// own weight rows, so no element is written twice.
-struct OutPtr {
+/// The output matrix shared by the threads of one product. Each thread computes a disjoint run
+/// of weight rows and writes only those rows' columns, so no element is written twice; the
+/// lifetime ties the pointer to the borrowed slice.
+struct OutPtr<'a> {
     ptr: *mut f32,
     len: usize,
+    _out: std::marker::PhantomData<&'a mut [f32]>,
 }
 
-// SAFETY: threads write disjoint elements (their own weight rows' columns), and the borrow of the
-// slice outlives the parallel region.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+// SAFETY: see `write`: concurrent writers touch disjoint elements.
+unsafe impl Send for OutPtr<'_> {}
+unsafe impl Sync for OutPtr<'_> {}
 
-impl OutPtr {
-    fn new(out: &mut [f32]) -> Self {
+impl<'a> OutPtr<'a> {
+    fn new(out: &'a mut [f32]) -> Self {
         Self {
             ptr: out.as_mut_ptr(),
             len: out.len(),
+            _out: std::marker::PhantomData,
         }
     }
 
-    fn write(&self, i: usize, v: f32) {
+    /// Writes element `i`.
+    ///
+    /// # Safety
+    /// No other thread may write or read element `i` during the product: callers write only the
+    /// columns of the weight rows they were given, and the row ranges of one product are disjoint.
+    unsafe fn write(&self, i: usize, v: f32) {
         assert!(i < self.len, "output index out of range");
-        // SAFETY: in bounds (checked), and no other thread writes index i (see the type's doc).
+        // SAFETY: in bounds (checked), exclusive by the caller's contract.
         unsafe { *self.ptr.add(i) = v }
     }
 }

@@ -1,14 +1,14 @@
 //! The portable GEMM driver and scalar block dot products (the reference for the SIMD paths).
 
 use super::{Activations, Isa, OutPtr, QMatrix};
-use crate::quant::{BlockQ16, GgmlType, dequantize};
-use half::f16;
+use crate::quant::{BlockQ16, GgmlType, dequantize, f16_at, fifth_bits};
 use std::ops::Range;
 
 /// Weight rows processed together: their blocks stay in L1 while every batch row passes.
 pub(super) const ROW_TILE: usize = 4;
 
-/// Computes the output columns of weight rows `rows` for every batch row.
+/// Computes the output columns of weight rows `rows` for every batch row. Concurrent calls for
+/// one product must get disjoint `rows` (each writes only its rows' columns of `out`).
 pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, rows: Range<usize>) {
     let n_total = w.rows;
     #[cfg(target_arch = "x86_64")]
@@ -38,11 +38,13 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
                         ];
                         let v = unsafe { tile.row_dots(slot, rows) };
                         for (j, v) in v.into_iter().enumerate() {
-                            out.write((m + j) * n_total + n, v);
+                            // SAFETY: column n belongs to this call's rows.
+                            unsafe { out.write((m + j) * n_total + n, v) };
                         }
                     } else {
                         let [v] = unsafe { tile.row_dots(slot, [x.row_q16(m)]) };
-                        out.write(m * n_total + n, v);
+                        // SAFETY: column n belongs to this call's rows.
+                        unsafe { out.write(m * n_total + n, v) };
                     }
                 }
                 m += take;
@@ -57,7 +59,9 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
         let end = (start + ROW_TILE).min(rows.end);
         for m in 0..x.m {
             for n in start..end {
-                out.write(m * n_total + n, row_dot(isa, w, n, x, m, &mut scratch));
+                let v = row_dot(isa, w, n, x, m, &mut scratch);
+                // SAFETY: column n belongs to this call's rows.
+                unsafe { out.write(m * n_total + n, v) };
             }
         }
         start = end;
@@ -104,10 +108,6 @@ fn row_dot(
     }
 }
 
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
-}
-
 fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
 }
@@ -130,13 +130,6 @@ pub(crate) fn dot_q4_1(b: &[u8], a: &BlockQ16) -> f32 {
         sumi += i32::from(q >> 4) * i32::from(a.qs[j + 16]);
     }
     f16_at(b, 0) * a.d * sumi as f32 + f16_at(b, 2) * a.s
-}
-
-fn fifth_bits(qh: u32, j: usize) -> (u8, u8) {
-    (
-        (((qh >> j) << 4) & 0x10) as u8,
-        ((qh >> (j + 12)) & 0x10) as u8,
-    )
 }
 
 pub(crate) fn dot_q5_0(b: &[u8], a: &BlockQ16) -> f32 {

@@ -4,8 +4,17 @@
 use super::{GgmlType, QuantError};
 use half::{bf16, f16};
 
-fn f16_at(b: &[u8], at: usize) -> f32 {
+/// The f16 at `b[at..at + 2]` as f32.
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// The fifth bits of values `j` and `j + 16` of a Q5 block, from its 32-bit `qh`, at bit 4.
+pub(crate) fn fifth_bits(qh: u32, j: usize) -> (u8, u8) {
+    (
+        (((qh >> j) << 4) & 0x10) as u8,
+        ((qh >> (j + 12)) & 0x10) as u8,
+    )
 }
 
 /// Whether `dequantize` handles this type.
@@ -74,8 +83,7 @@ fn q5_0(b: &[u8], y: &mut [f32]) {
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
     for j in 0..16 {
         let q = b[6 + j];
-        let h0 = (((qh >> j) << 4) & 0x10) as u8;
-        let h1 = ((qh >> (j + 12)) & 0x10) as u8;
+        let (h0, h1) = fifth_bits(qh, j);
         y[j] = (((q & 0x0f) | h0) as i32 - 16) as f32 * d;
         y[j + 16] = (((q >> 4) | h1) as i32 - 16) as f32 * d;
     }
@@ -87,8 +95,7 @@ fn q5_1(b: &[u8], y: &mut [f32]) {
     let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
     for j in 0..16 {
         let q = b[8 + j];
-        let h0 = (((qh >> j) << 4) & 0x10) as u8;
-        let h1 = ((qh >> (j + 12)) & 0x10) as u8;
+        let (h0, h1) = fifth_bits(qh, j);
         y[j] = ((q & 0x0f) | h0) as f32 * d + m;
         y[j + 16] = ((q >> 4) | h1) as f32 * d + m;
     }

@@ -7,6 +7,7 @@ mod types;
 
 pub use acts::{ACT_BLOCK, BlockQ16, quantize_row};
 pub use dequant::{dequantize, supports_dequantize};
+pub(crate) use dequant::{f16_at, fifth_bits};
 pub use types::GgmlType;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

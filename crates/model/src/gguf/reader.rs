@@ -122,7 +122,8 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
         metadata.insert(key, value);
     }
 
-    let mut tensors = Vec::with_capacity(n_tensors);
+    // The count is checked against the bytes left, not against memory: grow as entries parse.
+    let mut tensors = Vec::with_capacity(n_tensors.min(1 << 16));
     for i in 0..n_tensors {
         let name = c.string(&format!("tensor name {i}"))?;
         let n_dims = c.u32(&name)? as usize;
