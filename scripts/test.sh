@@ -6,3 +6,7 @@ cd "$(dirname "$0")/.."
 # The model runtime's tests run the real default model (fetched once into the cache).
 scripts/fetch-model.sh >/dev/null
 cargo test --workspace --release "$@"
+# The lower kernel paths, which other CPUs take, must keep batch invariance too.
+for kernels in portable avx2; do
+    SPECULA_KERNELS=$kernels cargo test --release -p model --test batch_invariance "$@"
+done

@@ -49,7 +49,7 @@ pub fn paged_attention(
         for (t, s) in scores.iter_mut().enumerate() {
             let at = shape.offset(blocks, t) + kvh * d;
             let k = &keys[at..at + d];
-            *s = dot(qh, k) * scale;
+            *s = crate::ops::dot(qh, k) * scale;
         }
         crate::ops::softmax(scores);
         let oh = &mut out[h * d..(h + 1) * d];
@@ -61,24 +61,6 @@ pub fn paged_attention(
             }
         }
     }
-}
-
-/// A dot product in eight interleaved partial sums (a fixed order the compiler vectorises).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (xa, xb) in ca.zip(cb) {
-        for i in 0..8 {
-            lanes[i] += xa[i] * xb[i];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

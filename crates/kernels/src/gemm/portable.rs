@@ -53,13 +53,27 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
         }
         return;
     }
-    let mut scratch = Vec::new();
+    if !integer_product(w.dtype) {
+        // No integer product for this type: dequantise each weight row once, then f32 dots with
+        // every batch row.
+        let mut wrow = vec![0.0f32; w.cols];
+        for n in rows {
+            dequantize(w.dtype, w.row(n), &mut wrow)
+                .expect("QMatrix::new checked the type and size");
+            for m in 0..x.m {
+                let v = crate::ops::dot(&wrow, x.row_f32(m));
+                // SAFETY: column n belongs to this call's rows.
+                unsafe { out.write(m * n_total + n, v) };
+            }
+        }
+        return;
+    }
     let mut start = rows.start;
     while start < rows.end {
         let end = (start + ROW_TILE).min(rows.end);
         for m in 0..x.m {
             for n in start..end {
-                let v = row_dot(isa, w, n, x, m, &mut scratch);
+                let v = row_dot(isa, w, n, x, m);
                 // SAFETY: column n belongs to this call's rows.
                 unsafe { out.write(m * n_total + n, v) };
             }
@@ -68,15 +82,16 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
     }
 }
 
-/// One output element: weight row `n` · activation row `m`.
-fn row_dot(
-    isa: Isa,
-    w: &QMatrix<'_>,
-    n: usize,
-    x: &Activations,
-    m: usize,
-    scratch: &mut Vec<f32>,
-) -> f32 {
+/// Weight types multiplied as integers with the 16-bit activations.
+fn integer_product(dtype: GgmlType) -> bool {
+    matches!(
+        dtype,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0
+    )
+}
+
+/// One output element of an integer-product type: weight row `n` · activation row `m`.
+fn row_dot(isa: Isa, w: &QMatrix<'_>, n: usize, x: &Activations, m: usize) -> f32 {
     let row = w.row(n);
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable && super::x86::handles(w.dtype) {
@@ -99,17 +114,8 @@ fn row_dot(
         GgmlType::Q5_0 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q5_0(b, a)),
         GgmlType::Q5_1 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q5_1(b, a)),
         GgmlType::Q8_0 => blocks.fold(0.0, |acc, (b, a)| acc + dot_q8_0(b, a)),
-        _ => {
-            // Types without an integer product yet: dequantise the row, f32 dot product.
-            scratch.resize(w.cols, 0.0);
-            dequantize(w.dtype, row, scratch).expect("QMatrix::new checked the type and size");
-            dot_f32(scratch, x.row_f32(m))
-        }
+        _ => unreachable!("only integer-product types come here"),
     }
-}
-
-fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).fold(0.0, |acc, (x, y)| acc + x * y)
 }
 
 pub(crate) fn dot_q4_0(b: &[u8], a: &BlockQ16) -> f32 {
