@@ -10,7 +10,7 @@ use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
 use crate::weights::ModelWeights;
 use kernels::attention::{KvShape, paged_attention};
-use kernels::gemm::{Activations, gemm};
+use kernels::gemm::{Activations, gemm, gemm_many};
 use kernels::ops::{add_assign, rms_norm, rope_angles, rope_apply, silu_mul};
 use kernels::quant::dequantize;
 use rayon::prelude::*;
@@ -209,9 +209,15 @@ impl Runner {
                 rms_norm(x, &lw.attn_norm, cfg.norm_eps, o);
             }
             self.acts.set(&xn, m, hd);
-            gemm(&lw.wq.matrix(&model.file), &self.acts, &mut q);
-            gemm(&lw.wk.matrix(&model.file), &self.acts, &mut k);
-            gemm(&lw.wv.matrix(&model.file), &self.acts, &mut v);
+            let f = &model.file;
+            gemm_many(
+                &mut [
+                    (lw.wq.matrix(f), &mut q),
+                    (lw.wk.matrix(f), &mut k),
+                    (lw.wv.matrix(f), &mut v),
+                ],
+                &self.acts,
+            );
             let keys = &mut self.keys[l * layer_stride..(l + 1) * layer_stride];
             let values = &mut self.values[l * layer_stride..(l + 1) * layer_stride];
             for (r, &(si, pos)) in rows.iter().enumerate() {
@@ -247,8 +253,13 @@ impl Runner {
                 rms_norm(x, &lw.ffn_norm, cfg.norm_eps, o);
             }
             self.acts.set(&xn, m, hd);
-            gemm(&lw.gate.matrix(&model.file), &self.acts, &mut gate);
-            gemm(&lw.up.matrix(&model.file), &self.acts, &mut up);
+            gemm_many(
+                &mut [
+                    (lw.gate.matrix(&model.file), &mut gate),
+                    (lw.up.matrix(&model.file), &mut up),
+                ],
+                &self.acts,
+            );
             silu_mul(&mut gate, &up);
             self.acts.set(&gate, m, ffn);
             gemm(&lw.down.matrix(&model.file), &self.acts, &mut proj);

@@ -155,24 +155,46 @@ const PARALLEL_MIN_WORK: usize = 1 << 17;
 
 /// `out (m × rows) = x · Wᵀ`, split over the thread pool by weight rows.
 pub fn gemm(w: &QMatrix<'_>, x: &Activations, out: &mut [f32]) {
-    assert_eq!(x.k, w.cols, "inner dimensions differ");
-    assert_eq!(out.len(), x.m * w.rows, "output must be m × rows");
+    gemm_many(&mut [(*w, out)], x);
+}
+
+/// Several products of the same activations (Q, K and V; gate and up) in one parallel region:
+/// half the fork-joins per layer, and the small ones get split too. Each output element is
+/// computed exactly as [`gemm`] computes it.
+pub fn gemm_many(products: &mut [(QMatrix<'_>, &mut [f32])], x: &Activations) {
     let isa = isa();
     let threads = rayon::current_num_threads();
-    if threads <= 1 || w.rows * x.m * w.cols < PARALLEL_MIN_WORK {
-        let out = OutPtr::new(out);
-        portable::gemm(isa, w, x, &out, 0..w.rows);
+    let mut work = 0;
+    for (w, out) in products.iter() {
+        assert_eq!(x.k, w.cols, "inner dimensions differ");
+        assert_eq!(out.len(), x.m * w.rows, "output must be m × rows");
+        work += w.rows * x.m * w.cols;
+    }
+    let outs: Vec<(QMatrix<'_>, OutPtr<'_>)> = products
+        .iter_mut()
+        .map(|(w, out)| (*w, OutPtr::new(out)))
+        .collect();
+    if threads <= 1 || work < PARALLEL_MIN_WORK {
+        for (w, out) in &outs {
+            portable::gemm(isa, w, x, out, 0..w.rows);
+        }
         return;
     }
-    // A few chunks per thread evens out the load; each chunk is a run of whole row tiles.
-    let chunk = w
-        .rows
-        .div_ceil(threads * 4)
-        .next_multiple_of(portable::ROW_TILE);
-    let out = OutPtr::new(out);
-    (0..w.rows.div_ceil(chunk)).into_par_iter().for_each(|c| {
-        let rows = c * chunk..((c + 1) * chunk).min(w.rows);
-        portable::gemm(isa, w, x, &out, rows);
+    // A few chunks per thread and product even out the load; each chunk is whole row tiles.
+    let tasks: Vec<(usize, std::ops::Range<usize>)> = outs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (w, _))| {
+            let chunk = w
+                .rows
+                .div_ceil(threads * 4)
+                .next_multiple_of(portable::ROW_TILE);
+            (0..w.rows.div_ceil(chunk)).map(move |c| (i, c * chunk..((c + 1) * chunk).min(w.rows)))
+        })
+        .collect();
+    tasks.into_par_iter().for_each(|(i, rows)| {
+        let (w, out) = &outs[i];
+        portable::gemm(isa, w, x, out, rows);
     });
 }
 
