@@ -13,6 +13,14 @@ pub(super) fn handles(dtype: GgmlType) -> bool {
     matches!(dtype, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
 }
 
+/// The two f16 at the start of `b` as [f32, f32, 0, 0].
+#[inline]
+#[target_feature(enable = "f16c")]
+fn f16_pair(b: &[u8]) -> __m128 {
+    let bits = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
+}
+
 /// f16 at `b[at..at + 2]` as f32.
 #[inline]
 #[target_feature(enable = "f16c")]
@@ -138,21 +146,29 @@ const LANES: usize = 4;
 /// path (packed or unpacked weights) computes it, so results are bitwise equal across batches.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma")]
-fn accumulate_avx512<const M: usize, F: FnMut(usize) -> (__m512i, f32, f32)>(
+fn accumulate_avx512<const M: usize, F: FnMut(usize) -> (__m512i, __m128)>(
     acts: [&[BlockQ16]; M],
     mut block: F,
 ) -> [f32; M] {
     let mut acc = [[_mm512_setzero_ps(); LANES]; M];
-    let mut off = [[0.0f32; LANES]; M];
+    // Lane 1 of each holds the Σ c·s_x partial sum (lane 0 collects unused d·d_x products).
+    let mut off = [[_mm_setzero_ps(); LANES]; M];
     let mut step =
-        |i: usize, lane: usize, acc: &mut [[__m512; LANES]; M], off: &mut [[f32; LANES]; M]| {
-            let (w, d, c) = block(i);
+        |i: usize, lane: usize, acc: &mut [[__m512; LANES]; M], off: &mut [[__m128; LANES]; M]| {
+            // `dc` is [d_w, c, 0, 0]; one multiply by [d_x, s_x] gives both scale and offset.
+            let (w, dc) = block(i);
             for r in 0..M {
                 let a = &acts[r][i];
                 let p = block_sums_avx512(w, a);
-                acc[r][lane] =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(d * a.d), acc[r][lane]);
-                off[r][lane] += c * a.s;
+                // SAFETY: `d` and `s` are adjacent f32 fields of the #[repr(C)] block.
+                let ds = unsafe { _mm_castpd_ps(_mm_load_sd((&raw const a.d).cast())) };
+                let prod = _mm_mul_ps(dc, ds);
+                acc[r][lane] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(p),
+                    _mm512_broadcastss_ps(prod),
+                    acc[r][lane],
+                );
+                off[r][lane] = _mm_add_ps(off[r][lane], prod);
             }
         };
     let n = acts[0].len();
@@ -168,7 +184,7 @@ fn accumulate_avx512<const M: usize, F: FnMut(usize) -> (__m512i, f32, f32)>(
     std::array::from_fn(|r| {
         let a = &acc[r];
         let total = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
-        let o = &off[r];
+        let o = off[r].map(|v| _mm_cvtss_f32(_mm_shuffle_ps::<1>(v, v)));
         _mm512_reduce_add_ps(total) + ((o[0] + o[1]) + (o[2] + o[3]))
     })
 }
@@ -190,18 +206,25 @@ pub(super) unsafe fn row_dot_avx512(dtype: GgmlType, row: &[u8], acts: &[BlockQ1
     let size = dtype.type_size();
     let b = |i: usize| &row[i * size..(i + 1) * size];
     match dtype {
-        GgmlType::Q4_1 => accumulate_avx512([acts], |i| {
-            (nibbles_i16(&b(i)[4..]), f16_at(b(i), 0), f16_at(b(i), 2))
-        })[0],
+        // Q4_1 stores [d, m] as two f16: one conversion gives [d, m, 0, 0].
+        GgmlType::Q4_1 => {
+            accumulate_avx512([acts], |i| (nibbles_i16(&b(i)[4..]), f16_pair(b(i))))[0]
+        }
         GgmlType::Q4_0 => accumulate_avx512([acts], |i| {
             let d = f16_at(b(i), 0);
             // Σ (q − 8)·x = Σ q·x − 8·Σx, and d_w·d_x·Σx = d_w·s_x.
-            (nibbles_i16(&b(i)[2..]), d, -(8.0 * d))
+            (
+                nibbles_i16(&b(i)[2..]),
+                _mm_setr_ps(d, -(8.0 * d), 0.0, 0.0),
+            )
         })[0],
         GgmlType::Q8_0 => accumulate_avx512([acts], |i| {
             // SAFETY: a Q8_0 block has 32 quant bytes after its 2-byte scale.
             let q = unsafe { _mm256_loadu_si256(b(i)[2..].as_ptr().cast()) };
-            (_mm512_cvtepi8_epi16(q), f16_at(b(i), 0), 0.0)
+            (
+                _mm512_cvtepi8_epi16(q),
+                _mm_setr_ps(f16_at(b(i), 0), 0.0, 0.0, 0.0),
+            )
         })[0],
         _ => unreachable!("handles() filters the types"),
     }
@@ -278,7 +301,7 @@ impl Expanded {
             // SAFETY: 32 i16 = 64 readable bytes per filled block.
             let w =
                 unsafe { _mm512_loadu_si512(self.values[at * 32..at * 32 + 32].as_ptr().cast()) };
-            (w, self.scale[at], self.offset[at])
+            (w, _mm_setr_ps(self.scale[at], self.offset[at], 0.0, 0.0))
         })
     }
 }
