@@ -100,19 +100,24 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
     let mut decoder = IncrementalDecoder::new(true);
     let mut stdout = std::io::stdout();
 
+    // One forward pass over new tokens at `start`; the last row's logits.
+    let mut step = |tokens: &[u32], start: usize, table: &kvcache::BlockTable| {
+        let blocks: Vec<u32> = table.blocks().iter().map(|b| b.get()).collect();
+        let input = SeqInput {
+            tokens,
+            start_pos: start,
+            blocks: &blocks,
+            logits: LogitsFor::Last,
+        };
+        runner.forward(&model, &[input]).map(|l| l.last(0).to_vec())
+    };
+
     let t0 = Instant::now();
     let mut tokens = prompt.clone();
     let mut logits = Vec::new();
     for start in (0..prompt.len()).step_by(PREFILL_CHUNK) {
         let end = (start + PREFILL_CHUNK).min(prompt.len());
-        let ids: Vec<u32> = table.blocks().iter().map(|b| b.get()).collect();
-        let input = SeqInput {
-            tokens: &prompt[start..end],
-            start_pos: start,
-            blocks: &ids,
-            logits: LogitsFor::Last,
-        };
-        logits = runner.forward(&model, &[input])?.last(0).to_vec();
+        logits = step(&prompt[start..end], start, &table)?;
     }
     let prefill_s = t0.elapsed().as_secs_f64();
 
@@ -139,14 +144,7 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
         let pos = tokens.len();
         tokens.push(next);
         table.append(1).map_err(|e| anyhow!("KV cache: {e}"))?;
-        let ids: Vec<u32> = table.blocks().iter().map(|b| b.get()).collect();
-        let input = SeqInput {
-            tokens: &tokens[pos..],
-            start_pos: pos,
-            blocks: &ids,
-            logits: LogitsFor::Last,
-        };
-        logits = runner.forward(&model, &[input])?.last(0).to_vec();
+        logits = step(&tokens[pos..], pos, &table)?;
     }
     let decode_s = t1.elapsed().as_secs_f64();
     let tail = decoder.flush();

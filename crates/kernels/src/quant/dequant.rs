@@ -129,16 +129,23 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// Scale and offset (`d·sc`, `dmin·m`) of the two 32-value sub-blocks of 64-value chunk `chunk`.
+fn k4_pair_scales(chunk: usize, scales: &[u8], d: f32, min: f32) -> ((f32, f32), (f32, f32)) {
+    let (sc1, m1) = scale_min_k4(2 * chunk, scales);
+    let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
+    (
+        (d * sc1 as f32, min * m1 as f32),
+        (d * sc2 as f32, min * m2 as f32),
+    )
+}
+
 /// `{f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}`: 8 sub-blocks of 32, value = d·sc·q − dmin·m.
 fn q4_k(b: &[u8], y: &mut [f32]) {
     let (d, min) = (f16_at(b, 0), f16_at(b, 2));
     let scales = &b[4..16];
     let qs = &b[16..144];
     for (chunk, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
-        let (sc1, m1) = scale_min_k4(2 * chunk, scales);
-        let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
-        let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
-        let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+        let ((d1, m1), (d2, m2)) = k4_pair_scales(chunk, scales, d, min);
         for l in 0..32 {
             y[l] = d1 * (q[l] & 0x0f) as f32 - m1;
             y[l + 32] = d2 * (q[l] >> 4) as f32 - m2;
@@ -153,10 +160,7 @@ fn q5_k(b: &[u8], y: &mut [f32]) {
     let qh = &b[16..48];
     let qs = &b[48..176];
     for (chunk, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
-        let (sc1, m1) = scale_min_k4(2 * chunk, scales);
-        let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
-        let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
-        let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+        let ((d1, m1), (d2, m2)) = k4_pair_scales(chunk, scales, d, min);
         let (u1, u2) = (1u8 << (2 * chunk), 2u8 << (2 * chunk));
         for l in 0..32 {
             let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
