@@ -6,4 +6,6 @@ pub mod attention;
 pub mod gemm;
 pub mod ops;
 pub mod quant;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 pub mod threads;

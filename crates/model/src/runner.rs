@@ -9,7 +9,7 @@ use crate::ModelError;
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
 use crate::weights::ModelWeights;
-use kernels::attention::{KvShape, paged_attention};
+use kernels::attention::{KvShape, paged_attention, write_kv};
 use kernels::gemm::{Activations, gemm, gemm_many};
 use kernels::ops::{add_assign, rms_norm, rope_angles, rope_apply, silu_mul};
 use kernels::quant::dequantize;
@@ -223,9 +223,15 @@ impl Runner {
             for (r, &(si, pos)) in rows.iter().enumerate() {
                 rope_apply(&mut q[r * hd..(r + 1) * hd], cfg.head_dim, &angles[r]);
                 rope_apply(&mut k[r * kvd..(r + 1) * kvd], cfg.head_dim, &angles[r]);
-                let at = self.shape.offset(seqs[si].blocks, pos);
-                keys[at..at + kvd].copy_from_slice(&k[r * kvd..(r + 1) * kvd]);
-                values[at..at + kvd].copy_from_slice(&v[r * kvd..(r + 1) * kvd]);
+                write_kv(
+                    keys,
+                    values,
+                    self.shape,
+                    seqs[si].blocks,
+                    pos,
+                    &k[r * kvd..(r + 1) * kvd],
+                    &v[r * kvd..(r + 1) * kvd],
+                );
             }
             // Rows attend independently: split them over the kernel threads.
             let (keys, values, shape) = (&*keys, &*values, self.shape);

@@ -3,28 +3,41 @@
 use crate::ModelError;
 use crate::config::ModelConfig;
 use crate::gguf::{GgmlType, GgufFile};
-use kernels::gemm::QMatrix;
+use kernels::gemm::{Isa, PackedMatrix, QMatrix, isa};
 use kernels::quant::dequantize;
+use rayon::prelude::*;
 use std::ops::Range;
+use std::sync::Arc;
 
-/// A weight matrix in the file: `rows` outputs of `cols` inputs, as `dtype` blocks at `range`.
+/// A weight matrix in the file: `rows` outputs of `cols` inputs, as `dtype` blocks at `range`,
+/// and its copy in the AVX-512 kernels' panel layout where those kernels run.
 #[derive(Debug, Clone)]
 pub struct Linear {
     pub dtype: GgmlType,
     pub rows: usize,
     pub cols: usize,
     range: Range<usize>,
+    packed: Option<Arc<PackedMatrix>>,
 }
 
 impl Linear {
-    pub fn matrix<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
-        QMatrix::new(
+    pub fn matrix<'a>(&'a self, file: &'a GgufFile) -> QMatrix<'a> {
+        let m = QMatrix::new(
             self.dtype,
             self.rows,
             self.cols,
             &file.bytes()[self.range.clone()],
         )
-        .expect("shape and type were checked at load")
+        .expect("shape and type were checked at load");
+        match &self.packed {
+            Some(p) => m.with_packed(p),
+            None => m,
+        }
+    }
+
+    /// Bytes of the packed copy (0 without one).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.as_ref().map_or(0, |p| p.bytes())
     }
 }
 
@@ -67,6 +80,7 @@ fn linear(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Linea
         rows,
         cols,
         range: file.data_range(info),
+        packed: None,
     })
 }
 
@@ -113,11 +127,58 @@ impl ModelWeights {
                 })
             })
             .collect::<Result<_, ModelError>>()?;
-        Ok(Self {
+        let mut weights = Self {
             embeddings,
             layers,
             output_norm: vector(file, "output_norm.weight", h)?,
             output,
-        })
+        };
+        if isa() == Isa::Avx512 {
+            weights.pack(file);
+        }
+        Ok(weights)
+    }
+
+    /// Every product's weights, mutably (not the embeddings: they are only looked up by row).
+    fn products_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.layers
+            .iter_mut()
+            .flat_map(|l| {
+                [
+                    &mut l.wq,
+                    &mut l.wk,
+                    &mut l.wv,
+                    &mut l.wo,
+                    &mut l.gate,
+                    &mut l.up,
+                    &mut l.down,
+                ]
+            })
+            .chain(std::iter::once(&mut self.output))
+    }
+
+    /// Copies the products' weights into the packed layout (in parallel), releasing the mapped
+    /// pages of each as soon as it is copied, so resident memory holds about one copy of the
+    /// weights even while loading.
+    fn pack(&mut self, file: &GgufFile) {
+        let mut all: Vec<&mut Linear> = self.products_mut().collect();
+        kernels::threads::run(|| {
+            all.par_iter_mut().for_each(|l| {
+                l.packed = PackedMatrix::pack(&l.matrix(file)).map(Arc::new);
+                if l.packed.is_some() {
+                    file.release(l.range.clone());
+                }
+            });
+        });
+    }
+
+    /// Bytes of the packed copies.
+    pub fn packed_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .chain(std::iter::once(&self.output))
+            .map(Linear::packed_bytes)
+            .sum()
     }
 }

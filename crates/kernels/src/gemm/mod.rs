@@ -5,16 +5,25 @@
 //! the same order, whatever the batch size or tiling, so a sequence's logits do not depend on
 //! what it is batched with.
 
+mod packed;
+#[cfg(target_arch = "x86_64")]
+mod packed_avx512;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use packed::{PANEL, PackedKind, PackedMatrix};
+
 use rayon::prelude::*;
 use std::sync::OnceLock;
 
-use crate::quant::{ACT_BLOCK, BlockQ16, GgmlType, QuantError, quantize_row, supports_dequantize};
+use crate::quant::{
+    ACT_BLOCK, BlockQ8Pair, BlockQ16, GgmlType, QuantError, quantize_row, quantize_row_pairs,
+    supports_dequantize,
+};
 
-/// A weight matrix: `rows` output features, each `cols` values stored as `dtype` blocks.
+/// A weight matrix: `rows` output features, each `cols` values stored as `dtype` blocks, and
+/// optionally the same weights in the AVX-512 kernels' panel layout.
 #[derive(Debug, Clone, Copy)]
 pub struct QMatrix<'a> {
     pub dtype: GgmlType,
@@ -22,6 +31,7 @@ pub struct QMatrix<'a> {
     pub cols: usize,
     pub data: &'a [u8],
     row_bytes: usize,
+    packed: Option<&'a PackedMatrix>,
 }
 
 impl<'a> QMatrix<'a> {
@@ -46,6 +56,7 @@ impl<'a> QMatrix<'a> {
                     cols,
                     data,
                     row_bytes,
+                    packed: None,
                 })
             }
             _ => Err(QuantError::SizeMismatch {
@@ -54,6 +65,17 @@ impl<'a> QMatrix<'a> {
                 values: rows * cols,
             }),
         }
+    }
+
+    /// The same matrix with its packed form, which products use where the CPU has AVX-512.
+    pub fn with_packed(mut self, packed: &'a PackedMatrix) -> Self {
+        assert_eq!(
+            (packed.rows, packed.cols),
+            (self.rows, self.cols),
+            "packed form of another matrix"
+        );
+        self.packed = Some(packed);
+        self
     }
 
     pub fn row(&self, n: usize) -> &'a [u8] {
@@ -69,23 +91,54 @@ pub struct Activations {
     pub k: usize,
     pub f32: Vec<f32>,
     pub q16: Vec<BlockQ16>,
+    /// `q16` as byte pairs, for packed weights (AVX-512 only).
+    pub pairs: Vec<BlockQ8Pair>,
 }
 
 impl Activations {
-    /// Loads `x` (`m × k`, row-major), reusing the buffers.
+    /// Loads `x` (`m × k`, row-major), reusing the buffers; large batches quantise in parallel.
     pub fn set(&mut self, x: &[f32], m: usize, k: usize) {
         assert_eq!(x.len(), m * k, "activations must be m × k");
         assert!(k.is_multiple_of(ACT_BLOCK), "k must be a multiple of 32");
         self.m = m;
         self.k = k;
-        self.f32.clear();
-        self.f32.extend_from_slice(x);
-        self.q16.resize(m * k / ACT_BLOCK, BlockQ16::default());
-        for (row, blocks) in x
-            .chunks_exact(k)
-            .zip(self.q16.chunks_exact_mut(k / ACT_BLOCK))
-        {
-            quantize_row(row, blocks);
+        let per = k / ACT_BLOCK;
+        self.f32.resize(m * k, 0.0);
+        self.q16.resize(m * per, BlockQ16::default());
+        let with_pairs = isa() == Isa::Avx512;
+        self.pairs
+            .resize(if with_pairs { m * per } else { 0 }, BlockQ8Pair::default());
+        // Rows `x` into `f`, `q` and (when made) `p`.
+        let fill = |x: &[f32], f: &mut [f32], q: &mut [BlockQ16], p: &mut [BlockQ8Pair]| {
+            f.copy_from_slice(x);
+            for (i, (row, blocks)) in x.chunks_exact(k).zip(q.chunks_exact_mut(per)).enumerate() {
+                if with_pairs {
+                    quantize_row_pairs(row, blocks, &mut p[i * per..(i + 1) * per]);
+                } else {
+                    quantize_row(row, blocks);
+                }
+            }
+        };
+        let rows_per_task = (PARALLEL_MIN_WORK / k).max(1);
+        if m <= rows_per_task || rayon::current_num_threads() <= 1 {
+            fill(x, &mut self.f32, &mut self.q16, &mut self.pairs);
+            return;
+        }
+        let (xs, fs) = (
+            x.par_chunks(rows_per_task * k),
+            self.f32.par_chunks_mut(rows_per_task * k),
+        );
+        let qs = self.q16.par_chunks_mut(rows_per_task * per);
+        if with_pairs {
+            let ps = self.pairs.par_chunks_mut(rows_per_task * per);
+            xs.zip(fs)
+                .zip(qs)
+                .zip(ps)
+                .for_each(|(((x, f), q), p)| fill(x, f, q, p));
+        } else {
+            xs.zip(fs)
+                .zip(qs)
+                .for_each(|((x, f), q)| fill(x, f, q, &mut []));
         }
     }
 
@@ -96,6 +149,11 @@ impl Activations {
     pub fn row_q16(&self, i: usize) -> &[BlockQ16] {
         let per = self.k / ACT_BLOCK;
         &self.q16[i * per..(i + 1) * per]
+    }
+
+    pub fn row_pairs(&self, i: usize) -> &[BlockQ8Pair] {
+        let per = self.k / ACT_BLOCK;
+        &self.pairs[i * per..(i + 1) * per]
     }
 }
 
@@ -180,15 +238,13 @@ pub fn gemm_many(products: &mut [(QMatrix<'_>, &mut [f32])], x: &Activations) {
         }
         return;
     }
-    // A few chunks per thread and product even out the load; each chunk is whole row tiles.
+    // A few chunks per thread and product even out the load; each chunk is whole row tiles
+    // and whole panels.
     let tasks: Vec<(usize, std::ops::Range<usize>)> = outs
         .iter()
         .enumerate()
         .flat_map(|(i, (w, _))| {
-            let chunk = w
-                .rows
-                .div_ceil(threads * 4)
-                .next_multiple_of(portable::ROW_TILE);
+            let chunk = w.rows.div_ceil(threads * 4).next_multiple_of(PANEL);
             (0..w.rows.div_ceil(chunk)).map(move |c| (i, c * chunk..((c + 1) * chunk).min(w.rows)))
         })
         .collect();
@@ -230,16 +286,27 @@ impl<'a> OutPtr<'a> {
         // SAFETY: in bounds (checked), exclusive by the caller's contract.
         unsafe { *self.ptr.add(i) = v }
     }
+
+    /// Writes elements `i..i + values.len()`.
+    ///
+    /// # Safety
+    /// As for [`OutPtr::write`], for each element.
+    unsafe fn write_run(&self, i: usize, values: &[f32]) {
+        assert!(i + values.len() <= self.len, "output run out of range");
+        // SAFETY: in bounds (checked), exclusive by the caller's contract; `values` is a
+        // different allocation from the output.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.ptr.add(i), values.len()) }
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::quant::dequantize;
     use half::f16;
 
     /// Pseudo-random bytes for weight blocks, with sane f16 scales in the right places.
-    fn random_weights(dtype: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
+    pub(crate) fn random_weights(dtype: GgmlType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
         let mut state = seed.wrapping_mul(2_654_435_761).max(1);
         let mut next = || {
             state ^= state << 13;
@@ -365,6 +432,45 @@ mod tests {
                 let single = gemm_with(isa, &w, &one);
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&single), bits(&got[rows..2 * rows]), "{isa:?} {dtype}");
+            }
+        }
+    }
+
+    #[test]
+    fn packed_products_follow_the_reference_arithmetic_bitwise_in_any_batch() {
+        if isa() != Isa::Avx512 {
+            eprintln!("no AVX-512 VNNI here: the packed kernels are not used on this CPU");
+            return;
+        }
+        let (rows, cols) = (37, 576); // a partial last panel; 18 blocks a row
+        for dtype in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let bytes = random_weights(dtype, rows, cols, 23);
+            let raw = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
+            let packed = PackedMatrix::pack(&raw).unwrap();
+            let w = raw.with_packed(&packed);
+            for m in [1, 7, 8, 13] {
+                let x = acts(m, cols);
+                let mut a = Activations::default();
+                a.set(&x, m, cols);
+                let mut out = vec![0.0; m * rows];
+                gemm(&w, &a, &mut out);
+                let unpacked = {
+                    let mut o = vec![0.0; m * rows];
+                    gemm(&raw, &a, &mut o);
+                    o
+                };
+                for i in 0..m {
+                    for n in 0..rows {
+                        let want = packed.reference_dot(n, a.row_pairs(i));
+                        let got = out[i * rows + n];
+                        assert_eq!(got.to_bits(), want.to_bits(), "{dtype} m={m} [{i},{n}]");
+                        let other = unpacked[i * rows + n];
+                        assert!(
+                            (got - other).abs() <= 1e-5 * other.abs().max(1.0),
+                            "{dtype} packed {got} vs unpacked {other}"
+                        );
+                    }
+                }
             }
         }
     }

@@ -1,4 +1,5 @@
-//! The portable GEMM driver and scalar block dot products (the reference for the SIMD paths).
+//! The GEMM driver (packed AVX-512 panels where available, else row dots from GGUF blocks) and
+//! the scalar block dot products, the reference for the SIMD paths.
 
 use super::{Activations, Isa, OutPtr, QMatrix};
 use crate::quant::{BlockQ16, GgmlType, dequantize, f16_at, fifth_bits};
@@ -12,45 +13,12 @@ pub(super) const ROW_TILE: usize = 4;
 pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, rows: Range<usize>) {
     let n_total = w.rows;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && x.m > 1 && super::x86::handles(w.dtype) {
-        // A batch: unpack each tile of weight rows once and reuse it for every batch row.
-        let mut tile = super::x86::Expanded::default();
-        let mut start = rows.start;
-        while start < rows.end {
-            let end = (start + ROW_TILE).min(rows.end);
-            for n in start..end {
-                // SAFETY: Avx512 implies F16C (see Isa::detect).
-                unsafe { tile.fill(w.dtype, w.row(n), n - start, ROW_TILE) };
-            }
-            // Four activation rows at a time share each weight load; the rest one by one.
-            let mut m = 0;
-            while m < x.m {
-                let take = if x.m - m >= 4 { 4 } else { 1 };
-                for n in start..end {
-                    let slot = n - start;
-                    // SAFETY: the CPU has AVX-512 VNNI (isa), and the slot was filled.
-                    if take == 4 {
-                        let rows = [
-                            x.row_q16(m),
-                            x.row_q16(m + 1),
-                            x.row_q16(m + 2),
-                            x.row_q16(m + 3),
-                        ];
-                        let v = unsafe { tile.row_dots(slot, rows) };
-                        for (j, v) in v.into_iter().enumerate() {
-                            // SAFETY: column n belongs to this call's rows.
-                            unsafe { out.write((m + j) * n_total + n, v) };
-                        }
-                    } else {
-                        let [v] = unsafe { tile.row_dots(slot, [x.row_q16(m)]) };
-                        // SAFETY: column n belongs to this call's rows.
-                        unsafe { out.write(m * n_total + n, v) };
-                    }
-                }
-                m += take;
-            }
-            start = end;
-        }
+    if isa == Isa::Avx512
+        && let Some(packed) = w.packed
+    {
+        // SAFETY: Avx512 means the CPU has F/BW/VNNI, F16C and FMA (Isa::detect), and
+        // `Activations::set` made byte pairs.
+        unsafe { super::packed_avx512::gemm(packed, x, out, rows) };
         return;
     }
     if !integer_product(w.dtype) {

@@ -1,5 +1,6 @@
 //! x86-64 SIMD row dot products of the integer-product weight types (Q4_0, Q4_1, Q8_0) with
-//! 16-bit activations: AVX2 (`vpmaddwd`) and AVX-512 with VNNI (`vpdpwssd`).
+//! 16-bit activations, straight from GGUF blocks: AVX2 (`vpmaddwd`), and AVX-512 with VNNI
+//! (`vpdpwssd`) for matrices that were not packed (see `packed.rs` for the fast AVX-512 path).
 //!
 //! Each function computes one output element the same way whatever the batch, so batch
 //! invariance holds within a path; the paths differ from each other (and from the portable code)
@@ -142,8 +143,8 @@ const LANES: usize = 4;
 /// For each of `M` activation rows, Σ over blocks of (weights · activations) · d_w · d_x + c · s_x,
 /// where `block(i)` gives block i's weights as 32 i16, its `d_w` and its offset coefficient `c`
 /// (shared by the M rows: one weight load feeds them all). Block i goes into partial sum i mod 4,
-/// summed at the end in a fixed order: each row's arithmetic is the same whatever M and whichever
-/// path (packed or unpacked weights) computes it, so results are bitwise equal across batches.
+/// summed at the end in a fixed order: each row's arithmetic is the same whatever M, so results
+/// are bitwise equal across batches.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma")]
 fn accumulate_avx512<const M: usize, F: FnMut(usize) -> (__m512i, __m128)>(
@@ -227,81 +228,5 @@ pub(super) unsafe fn row_dot_avx512(dtype: GgmlType, row: &[u8], acts: &[BlockQ1
             )
         })[0],
         _ => unreachable!("handles() filters the types"),
-    }
-}
-
-/// Weight rows unpacked once for a whole batch: per block, 32 i16 values (unsigned nibbles, or
-/// Q8_0's signed bytes), its scale `d` and the coefficient of the activations' sum `s`
-/// (Q4_1: its min; Q4_0: −8·d; Q8_0: 0). [`row_dot_expanded`] with these gives bitwise what
-/// [`row_dot_avx512`] gives on the packed row: the integer sums are exact and the float steps are
-/// the same, so batching stays invariant.
-#[derive(Debug, Default)]
-pub(super) struct Expanded {
-    values: Vec<i16>,
-    scale: Vec<f32>,
-    offset: Vec<f32>,
-}
-
-impl Expanded {
-    /// Unpacks `row` (blocks of `dtype`) into slot `slot` of a buffer of `slots` rows.
-    ///
-    /// # Safety
-    /// The CPU must support F16C.
-    #[target_feature(enable = "f16c")]
-    pub(super) unsafe fn fill(&mut self, dtype: GgmlType, row: &[u8], slot: usize, slots: usize) {
-        let nb = row.len() / dtype.type_size();
-        self.values.resize(slots * nb * 32, 0);
-        self.scale.resize(slots * nb, 0.0);
-        self.offset.resize(slots * nb, 0.0);
-        for (i, b) in row.chunks_exact(dtype.type_size()).enumerate() {
-            let at = slot * nb + i;
-            let vals = &mut self.values[at * 32..at * 32 + 32];
-            let d = f16_at(b, 0);
-            self.scale[at] = d;
-            let nibbles = |qs: &[u8], vals: &mut [i16]| {
-                for j in 0..16 {
-                    vals[j] = i16::from(qs[j] & 0x0f);
-                    vals[j + 16] = i16::from(qs[j] >> 4);
-                }
-            };
-            match dtype {
-                GgmlType::Q4_1 => {
-                    nibbles(&b[4..20], vals);
-                    self.offset[at] = f16_at(b, 2);
-                }
-                GgmlType::Q4_0 => {
-                    nibbles(&b[2..18], vals);
-                    self.offset[at] = -(8.0 * d);
-                }
-                GgmlType::Q8_0 => {
-                    for (v, &q) in vals.iter_mut().zip(&b[2..34]) {
-                        *v = i16::from(q as i8);
-                    }
-                    self.offset[at] = 0.0;
-                }
-                _ => unreachable!("handles() filters the types"),
-            }
-        }
-    }
-
-    /// Row `slot`'s dot products with `M` activation rows (all of `nb` blocks).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F/BW and VNNI; `slot` must have been filled for as many blocks
-    /// as each activation row has.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn row_dots<const M: usize>(
-        &self,
-        slot: usize,
-        acts: [&[BlockQ16]; M],
-    ) -> [f32; M] {
-        let nb = acts[0].len();
-        accumulate_avx512(acts, |i| {
-            let at = slot * nb + i;
-            // SAFETY: 32 i16 = 64 readable bytes per filled block.
-            let w =
-                unsafe { _mm512_loadu_si512(self.values[at * 32..at * 32 + 32].as_ptr().cast()) };
-            (w, _mm_setr_ps(self.scale[at], self.offset[at], 0.0, 0.0))
-        })
     }
 }

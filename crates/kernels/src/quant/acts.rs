@@ -14,8 +14,9 @@ pub struct BlockQ16 {
 
 pub const ACT_BLOCK: usize = 32;
 
-/// Largest quantised magnitude. One below i16::MAX keeps `−q` representable as well.
-const QMAX: f32 = 32767.0;
+/// Largest quantised magnitude: 127·256 + 127, so every value splits into two signed bytes
+/// (see [`BlockQ8Pair`]) and `−q` is representable as well.
+const QMAX: f32 = 32639.0;
 
 /// Quantises `x` (a multiple of 32 values) into `out` (one block per 32 values). Depends on the
 /// row alone, so a sequence's activations quantise the same whatever batch it is in.
@@ -31,11 +32,107 @@ pub fn quantize_row(x: &[f32], out: &mut [BlockQ16]) {
         let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in block.qs.iter_mut().zip(xs) {
-            *q = (v * inv).round().clamp(-QMAX, QMAX) as i16;
+            // Ties to even, as the SIMD conversion rounds: both paths give the same blocks.
+            *q = (v * inv).round_ties_even().clamp(-QMAX, QMAX) as i16;
             sum += i32::from(*q);
         }
         block.d = d;
         block.s = d * sum as f32;
+    }
+}
+
+/// [`quantize_row`] and, in the same pass, the byte pairs of every block.
+pub fn quantize_row_pairs(x: &[f32], out: &mut [BlockQ16], pairs: &mut [BlockQ8Pair]) {
+    assert_eq!(
+        x.len(),
+        out.len() * ACT_BLOCK,
+        "row length must be 32 × blocks"
+    );
+    assert_eq!(out.len(), pairs.len(), "one pair block per block");
+    #[cfg(target_arch = "x86_64")]
+    if crate::gemm::isa() == crate::gemm::Isa::Avx512 {
+        for ((xs, block), pair) in x.chunks_exact(ACT_BLOCK).zip(out).zip(pairs) {
+            // SAFETY: Avx512 means the CPU has AVX-512 F/BW (Isa::detect); 32 values in.
+            unsafe { quantize_block_avx512(xs, block, pair) };
+        }
+        return;
+    }
+    quantize_row(x, out);
+    for (p, b) in pairs.iter_mut().zip(out.iter()) {
+        *p = BlockQ8Pair::from(b);
+    }
+}
+
+/// One block of [`quantize_row_pairs`], bitwise as the scalar code computes it: the same scale,
+/// the same products, ties to even, and an exact integer sum.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn quantize_block_avx512(xs: &[f32], block: &mut BlockQ16, pair: &mut BlockQ8Pair) {
+    use std::arch::x86_64::*;
+    assert_eq!(xs.len(), ACT_BLOCK);
+    // SAFETY: 32 f32 readable from `xs` (asserted); the stores write 64 bytes into `qs` and 32
+    // into each of `hi`, `lo`.
+    unsafe {
+        let x0 = _mm512_loadu_ps(xs.as_ptr());
+        let x1 = _mm512_loadu_ps(xs.as_ptr().add(16));
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        let d = amax / QMAX;
+        let inv = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let (lo_lim, hi_lim) = (_mm512_set1_ps(-QMAX), _mm512_set1_ps(QMAX));
+        let quant = |x: __m512| {
+            let v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x, inv), lo_lim), hi_lim);
+            _mm512_cvtps_epi32(v) // MXCSR default: round to nearest, ties to even
+        };
+        let (q0, q1) = (quant(x0), quant(x1));
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        _mm256_storeu_si256(block.qs.as_mut_ptr().cast(), _mm512_cvtepi32_epi16(q0));
+        _mm256_storeu_si256(
+            block.qs[16..].as_mut_ptr().cast(),
+            _mm512_cvtepi32_epi16(q1),
+        );
+        block.d = d;
+        block.s = d * sum as f32;
+        let split = |q: __m512i| {
+            let hi = _mm512_srai_epi32::<8>(_mm512_add_epi32(q, _mm512_set1_epi32(128)));
+            let lo = _mm512_sub_epi32(q, _mm512_slli_epi32::<8>(hi));
+            (_mm512_cvtepi32_epi8(hi), _mm512_cvtepi32_epi8(lo))
+        };
+        let ((h0, l0), (h1, l1)) = (split(q0), split(q1));
+        _mm_storeu_si128(pair.hi.as_mut_ptr().cast(), h0);
+        _mm_storeu_si128(pair.hi[16..].as_mut_ptr().cast(), h1);
+        _mm_storeu_si128(pair.lo.as_mut_ptr().cast(), l0);
+        _mm_storeu_si128(pair.lo[16..].as_mut_ptr().cast(), l1);
+        pair.d = d;
+        pair.s = block.s;
+    }
+}
+
+/// The same 32 activations split into two signed bytes each, `q = 256·hi + lo`, for the
+/// byte-wise integer products (`vpdpbusd`) of the AVX-512 kernels: two 8-bit products give the
+/// exact 16-bit one. `d` and `s` are the [`BlockQ16`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[repr(C, align(8))]
+pub struct BlockQ8Pair {
+    pub hi: [i8; 32],
+    pub lo: [i8; 32],
+    pub d: f32,
+    pub s: f32,
+}
+
+impl From<&BlockQ16> for BlockQ8Pair {
+    fn from(b: &BlockQ16) -> Self {
+        let mut out = Self {
+            d: b.d,
+            s: b.s,
+            ..Self::default()
+        };
+        for (i, &q) in b.qs.iter().enumerate() {
+            // |q| ≤ 32639 keeps hi within i8 and lo within −128..=127.
+            let hi = (i32::from(q) + 128) >> 8;
+            out.hi[i] = hi as i8;
+            out.lo[i] = (i32::from(q) - 256 * hi) as i8;
+        }
+        out
     }
 }
 
@@ -59,7 +156,36 @@ mod tests {
         }
         let s0: i32 = b[0].qs.iter().map(|&q| i32::from(q)).sum();
         assert_eq!(b[0].s, b[0].d * s0 as f32);
-        assert_eq!(b[0].qs.iter().map(|q| q.unsigned_abs()).max(), Some(32767));
+        assert_eq!(b[0].qs.iter().map(|q| q.unsigned_abs()).max(), Some(32639));
+    }
+
+    #[test]
+    fn the_simd_pass_gives_the_scalar_blocks() {
+        let x: Vec<f32> = (0..320)
+            .map(|i| ((i * 7919 % 1013) as f32 - 506.0) * 0.013 * (1 + i % 7) as f32)
+            .chain([0.5, -1.5, 2.5, 0.0].into_iter().cycle().take(32)) // ties
+            .chain(std::iter::repeat_n(0.0, 32))
+            .collect();
+        let n = x.len() / 32;
+        let mut q = vec![BlockQ16::default(); n];
+        let mut p = vec![BlockQ8Pair::default(); n];
+        quantize_row_pairs(&x, &mut q, &mut p);
+        let mut q_ref = vec![BlockQ16::default(); n];
+        quantize_row(&x, &mut q_ref);
+        assert_eq!(q, q_ref);
+        let p_ref: Vec<BlockQ8Pair> = q_ref.iter().map(BlockQ8Pair::from).collect();
+        assert_eq!(p, p_ref);
+    }
+
+    #[test]
+    fn byte_pairs_recompose_every_representable_value() {
+        for q in -32639..=32639i32 {
+            let mut b = BlockQ16::default();
+            b.qs[q.unsigned_abs() as usize % 32] = q as i16;
+            let p = BlockQ8Pair::from(&b);
+            let i = q.unsigned_abs() as usize % 32;
+            assert_eq!(256 * i32::from(p.hi[i]) + i32::from(p.lo[i]), q);
+        }
     }
 
     #[test]

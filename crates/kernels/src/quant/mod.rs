@@ -5,7 +5,7 @@ mod acts;
 mod dequant;
 mod types;
 
-pub use acts::{ACT_BLOCK, BlockQ16, quantize_row};
+pub use acts::{ACT_BLOCK, BlockQ8Pair, BlockQ16, quantize_row, quantize_row_pairs};
 pub use dequant::{dequantize, supports_dequantize};
 pub(crate) use dequant::{f16_at, fifth_bits};
 pub use types::GgmlType;

@@ -307,6 +307,27 @@ impl GgufFile {
         self.storage.bytes()
     }
 
+    /// Drops this process's resident pages of `range` (of [`GgufFile::bytes`]), for tensors
+    /// copied elsewhere at load: they stop counting towards resident memory, and a later read
+    /// faults them back in from the file unchanged.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        if let Storage::Mapped(map) = &self.storage
+            && range.end <= map.len()
+            && !range.is_empty()
+        {
+            // SAFETY: the map is a read-only mapping of a file nobody writes (see `open`), so
+            // the pages that come back on the next read hold the same bytes: no borrow of the
+            // map observes a change.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start,
+                    range.len(),
+                )
+            };
+        }
+    }
+
     /// Where a tensor's bytes lie in [`GgufFile::bytes`].
     pub fn data_range(&self, info: &TensorInfo) -> std::ops::Range<usize> {
         let start = self.data_start + info.offset;

@@ -1,0 +1,238 @@
+//! Weights repacked at load time for the AVX-512 kernels: panels of 16 rows whose blocks are
+//! interleaved so that one 64-byte load holds four consecutive values of each of the 16 rows,
+//! the operand layout of `vpdpbusd`. Each output lane is then one weight row: no horizontal sums,
+//! and one load of activations (broadcast) feeds 16 rows.
+//!
+//! Every supported type becomes "unsigned values with a per-block scale and offset":
+//! `w = d·u + c`, with `u` 0..15 (Q4_0, Q4_1) or 0..255 (Q8_0 shifted by 128), and
+//! `c` = Q4_1's min, `−8·d` (Q4_0) or `−128·d` (Q8_0). A block's dot product with activations
+//! `x = d_x·q` is then `Σu·q · d·d_x + c·s_x`, where `s_x = d_x·Σq`.
+
+use super::QMatrix;
+use crate::quant::{BlockQ8Pair, GgmlType, f16_at};
+
+/// Weight rows in one panel: the 16 f32 lanes of a 512-bit register.
+pub const PANEL: usize = 16;
+
+/// One 64-byte line, aligned for full-width loads.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct Line(pub [u8; 64]);
+
+/// The weight types that have a packed form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackedKind {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+}
+
+impl PackedKind {
+    fn of(dtype: GgmlType) -> Option<Self> {
+        match dtype {
+            GgmlType::Q4_0 => Some(Self::Q4_0),
+            GgmlType::Q4_1 => Some(Self::Q4_1),
+            GgmlType::Q8_0 => Some(Self::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Lines of one panel block: the values (two nibbles a byte for Q4, a byte for Q8), then one
+    /// line of scales: 16 f16 `d`, then 16 f16 mins (Q4_1 only).
+    pub(super) const fn block_lines(self) -> usize {
+        match self {
+            Self::Q4_0 | Self::Q4_1 => 5,
+            Self::Q8_0 => 9,
+        }
+    }
+
+    /// The block offset `c` from its scale `d` and stored min `m` (f32 arithmetic the kernels
+    /// repeat exactly: the products by −8 and −128 are exact).
+    pub(super) fn offset(self, d: f32, m: f32) -> f32 {
+        match self {
+            Self::Q4_0 => d * -8.0,
+            Self::Q4_1 => m,
+            Self::Q8_0 => d * -128.0,
+        }
+    }
+}
+
+/// A weight matrix in panel layout: panel `p` holds rows `16p..16p + 16` (missing rows of the
+/// last panel are zeros), its blocks in order, each [`PackedKind::block_lines`] lines.
+pub struct PackedMatrix {
+    pub kind: PackedKind,
+    pub rows: usize,
+    pub cols: usize,
+    blocks: usize,
+    data: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedMatrix")
+            .field("kind", &self.kind)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .finish()
+    }
+}
+
+impl PackedMatrix {
+    /// The packed form of `w`, or `None` when its type has none.
+    pub fn pack(w: &QMatrix<'_>) -> Option<Self> {
+        let kind = PackedKind::of(w.dtype)?;
+        let blocks = w.cols / 32;
+        let panels = w.rows.div_ceil(PANEL);
+        let lines = kind.block_lines();
+        let mut data = vec![Line([0; 64]); panels * blocks * lines];
+        let size = w.dtype.type_size();
+        for n in 0..w.rows {
+            let (panel, lane) = (n / PANEL, n % PANEL);
+            for (i, b) in w.row(n).chunks_exact(size).enumerate() {
+                let at = (panel * blocks + i) * lines;
+                let block = &mut data[at..at + lines];
+                // Line g (Q8) or p (Q4) holds values 4g..4g+4 of each row at bytes 4·lane...
+                let (scale, min) = match kind {
+                    PackedKind::Q8_0 => {
+                        for g in 0..8 {
+                            for t in 0..4 {
+                                let q = b[2 + 4 * g + t] as i8;
+                                block[g].0[4 * lane + t] = (i32::from(q) + 128) as u8;
+                            }
+                        }
+                        (&b[0..2], None)
+                    }
+                    PackedKind::Q4_0 | PackedKind::Q4_1 => {
+                        let qs = if kind == PackedKind::Q4_1 { 4 } else { 2 };
+                        // ...and for Q4, GGML's byte j already holds values j (low nibble) and
+                        // j + 16 (high nibble): line p gets bytes 4p..4p+4, so its low nibbles
+                        // are group p and its high nibbles group p + 4.
+                        for p in 0..4 {
+                            let src = &b[qs + 4 * p..qs + 4 * p + 4];
+                            block[p].0[4 * lane..4 * lane + 4].copy_from_slice(src);
+                        }
+                        let min = (kind == PackedKind::Q4_1).then(|| &b[2..4]);
+                        (&b[0..2], min)
+                    }
+                };
+                let scales = &mut block[lines - 1].0;
+                scales[2 * lane..2 * lane + 2].copy_from_slice(scale);
+                if let Some(m) = min {
+                    scales[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(m);
+                }
+            }
+        }
+        Some(Self {
+            kind,
+            rows: w.rows,
+            cols: w.cols,
+            blocks,
+            data,
+        })
+    }
+
+    pub fn panels(&self) -> usize {
+        self.rows.div_ceil(PANEL)
+    }
+
+    /// Blocks of 32 values in a row.
+    pub fn blocks(&self) -> usize {
+        self.blocks
+    }
+
+    /// The lines of panel `p`: all its blocks in order.
+    pub(super) fn panel(&self, p: usize) -> &[Line] {
+        let per = self.blocks * self.kind.block_lines();
+        &self.data[p * per..(p + 1) * per]
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 64
+    }
+
+    /// Row `n`'s unsigned value `k`, its block's scale and offset (the scalar view of the
+    /// layout, for the reference product and tests).
+    fn value(&self, n: usize, k: usize) -> (u8, f32, f32) {
+        let (panel, lane, i, j) = (n / PANEL, n % PANEL, k / 32, k % 32);
+        let lines = self.kind.block_lines();
+        let block = &self.panel(panel)[i * lines..(i + 1) * lines];
+        let scales = &block[lines - 1].0;
+        let d = f16_at(scales, 2 * lane);
+        let m = f16_at(scales, 32 + 2 * lane);
+        let (g, t) = (j / 4, j % 4);
+        let u = match self.kind {
+            PackedKind::Q8_0 => block[g].0[4 * lane + t],
+            _ => {
+                let byte = block[g % 4].0[4 * lane + t];
+                if g < 4 { byte & 0x0f } else { byte >> 4 }
+            }
+        };
+        (u, d, self.kind.offset(d, m))
+    }
+
+    /// Row `n` as f32 (tests compare it with the GGUF dequantisation).
+    pub fn dequantize_row(&self, n: usize) -> Vec<f32> {
+        (0..self.cols)
+            .map(|k| {
+                let (u, d, c) = self.value(n, k);
+                d * f32::from(u) + c
+            })
+            .collect()
+    }
+
+    /// Row `n` · one activation row, in exactly the arithmetic of the AVX-512 kernel (so the two
+    /// agree bitwise): per block an exact integer sum, then `acc = fma(Σ, d·d_x, acc)` and
+    /// `acc = fma(c, s_x, acc)`, blocks in order.
+    pub fn reference_dot(&self, n: usize, acts: &[BlockQ8Pair]) -> f32 {
+        let mut acc = 0.0f32;
+        for (i, a) in acts.iter().enumerate() {
+            let mut sum = 0i32;
+            for j in 0..32 {
+                let (u, _, _) = self.value(n, 32 * i + j);
+                let q = 256 * i32::from(a.hi[j]) + i32::from(a.lo[j]);
+                sum += i32::from(u) * q;
+            }
+            let (_, d, c) = self.value(n, 32 * i);
+            acc = (sum as f32).mul_add(d * a.d, acc);
+            acc = c.mul_add(a.s, acc);
+        }
+        acc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gemm::tests::random_weights;
+    use crate::quant::dequantize;
+
+    #[test]
+    fn packed_rows_dequantise_like_gguf() {
+        for dtype in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (rows, cols) = (21, 96); // a partial last panel
+            let bytes = random_weights(dtype, rows, cols, 5);
+            let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
+            let p = PackedMatrix::pack(&w).unwrap();
+            assert_eq!(p.panels(), 2);
+            let mut want = vec![0.0; cols];
+            for n in 0..rows {
+                dequantize(dtype, w.row(n), &mut want).unwrap();
+                let got = p.dequantize_row(n);
+                for (k, (g, e)) in got.iter().zip(&want).enumerate() {
+                    // Q4_0/Q8_0: d·(u − 8) vs d·u − 8d, equal up to one rounding.
+                    assert!(
+                        (g - e).abs() <= 1e-6 * e.abs().max(1e-3),
+                        "{dtype} [{n},{k}] {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn types_without_a_packed_form_are_left_alone() {
+        let bytes = random_weights(GgmlType::Q6_K, 2, 256, 1);
+        let w = QMatrix::new(GgmlType::Q6_K, 2, 256, &bytes).unwrap();
+        assert!(PackedMatrix::pack(&w).is_none());
+    }
+}
