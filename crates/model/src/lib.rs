@@ -4,6 +4,7 @@
 pub mod chat_template;
 pub mod config;
 pub mod gguf;
+mod layers;
 pub mod runner;
 pub mod sampler;
 pub mod weights;

@@ -1,19 +1,20 @@
 //! The batched forward pass: a mixed batch of sequences (prefill chunks and single decode tokens
 //! at any positions) in, logits out, with keys and values in a paged KV store.
 //!
-//! Every operation works row by row (a row is one token of one sequence), and the matrix
-//! products fix their reduction order per output element, so a sequence's logits are bitwise the
-//! same alone, in any batch, as a prefill chunk or token by token.
+//! The layers themselves are in [`crate::layers`]; every operation works row by row (a row is one
+//! token of one sequence), and the matrix products fix their reduction order per output element,
+//! so a sequence's logits are bitwise the same alone, in any batch, as a prefill chunk or token by
+//! token.
 
 use crate::ModelError;
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
+use crate::layers::{BatchRows, KvLayer, Scratch, llama};
 use crate::weights::ModelWeights;
-use kernels::attention::{KvShape, paged_attention, write_kv};
-use kernels::gemm::{Activations, gemm, gemm_many};
-use kernels::ops::{add_assign, rms_norm, rope_angles, rope_apply, silu_mul};
+use kernels::attention::KvShape;
+use kernels::gemm::gemm;
+use kernels::ops::rms_norm;
 use kernels::quant::dequantize;
-use rayon::prelude::*;
 use std::path::Path;
 
 /// A loaded model: the mapped file, its configuration and weight descriptors.
@@ -90,7 +91,7 @@ pub struct Runner {
     n_blocks: usize,
     keys: Vec<f32>,
     values: Vec<f32>,
-    acts: Activations,
+    scratch: Scratch,
 }
 
 impl Runner {
@@ -106,7 +107,7 @@ impl Runner {
             n_blocks,
             keys: vec![0.0; len],
             values: vec![0.0; len],
-            acts: Activations::default(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -171,14 +172,9 @@ impl Runner {
         seqs: &[SeqInput<'_>],
     ) -> Result<Logits, ModelError> {
         let cfg = &model.config;
-        let (hd, kvd, ffn) = (cfg.hidden, cfg.kv_dim(), cfg.ffn_hidden);
-        // Row bookkeeping: which sequence and position each row is.
-        let rows: Vec<(usize, usize)> = seqs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, s)| (0..s.tokens.len()).map(move |j| (i, s.start_pos + j)))
-            .collect();
-        let m = rows.len();
+        let hd = cfg.hidden;
+        let batch = BatchRows::new(seqs, cfg);
+        let m = batch.len();
         let mut h = vec![0.0f32; m * hd];
         let embd = model.weights.embeddings.matrix(&model.file);
         for (row, &tok) in h
@@ -187,89 +183,23 @@ impl Runner {
         {
             dequantize(embd.dtype, embd.row(tok as usize), row).expect("checked at load");
         }
-        let mut xn = vec![0.0f32; m * hd];
-        let (mut q, mut k, mut v) = (vec![0.0; m * hd], vec![0.0; m * kvd], vec![0.0; m * kvd]);
-        let mut attn = vec![0.0f32; m * hd];
-        let mut proj = vec![0.0f32; m * hd];
-        let (mut gate, mut up) = (vec![0.0f32; m * ffn], vec![0.0f32; m * ffn]);
+        self.scratch.resize(cfg, m);
         let layer_stride = self.n_blocks * self.shape.block_stride();
-        // RoPE angles per row, shared by every layer and by queries and keys.
-        let angles: Vec<Vec<(f32, f32)>> = rows
-            .iter()
-            .map(|&(_, pos)| {
-                let mut a = Vec::new();
-                rope_angles(pos, cfg.rope_dims, cfg.rope_base, &mut a);
-                a
-            })
-            .collect();
-        let scale = 1.0 / (cfg.head_dim as f32).sqrt();
-
         for (l, lw) in model.weights.layers.iter().enumerate() {
-            for (x, o) in h.chunks_exact(hd).zip(xn.chunks_exact_mut(hd)) {
-                rms_norm(x, &lw.attn_norm, cfg.norm_eps, o);
-            }
-            self.acts.set(&xn, m, hd);
-            let f = &model.file;
-            gemm_many(
-                &mut [
-                    (lw.wq.matrix(f), &mut q),
-                    (lw.wk.matrix(f), &mut k),
-                    (lw.wv.matrix(f), &mut v),
-                ],
-                &self.acts,
+            let mut kv = KvLayer {
+                keys: &mut self.keys[l * layer_stride..(l + 1) * layer_stride],
+                values: &mut self.values[l * layer_stride..(l + 1) * layer_stride],
+                shape: self.shape,
+            };
+            llama::layer(
+                cfg,
+                &model.file,
+                lw,
+                &batch,
+                &mut kv,
+                &mut self.scratch,
+                &mut h,
             );
-            let keys = &mut self.keys[l * layer_stride..(l + 1) * layer_stride];
-            let values = &mut self.values[l * layer_stride..(l + 1) * layer_stride];
-            for (r, &(si, pos)) in rows.iter().enumerate() {
-                rope_apply(&mut q[r * hd..(r + 1) * hd], cfg.head_dim, &angles[r]);
-                rope_apply(&mut k[r * kvd..(r + 1) * kvd], cfg.head_dim, &angles[r]);
-                write_kv(
-                    keys,
-                    values,
-                    self.shape,
-                    seqs[si].blocks,
-                    pos,
-                    &k[r * kvd..(r + 1) * kvd],
-                    &v[r * kvd..(r + 1) * kvd],
-                );
-            }
-            // Rows attend independently: split them over the kernel threads.
-            let (keys, values, shape) = (&*keys, &*values, self.shape);
-            attn.par_chunks_mut(hd)
-                .zip(q.par_chunks(hd))
-                .zip(rows.par_iter())
-                .for_each_init(Vec::new, |scores, ((out, qr), &(si, pos))| {
-                    paged_attention(
-                        qr,
-                        keys,
-                        values,
-                        shape,
-                        seqs[si].blocks,
-                        pos + 1,
-                        scale,
-                        out,
-                        scores,
-                    );
-                });
-            self.acts.set(&attn, m, hd);
-            gemm(&lw.wo.matrix(&model.file), &self.acts, &mut proj);
-            add_assign(&mut h, &proj);
-
-            for (x, o) in h.chunks_exact(hd).zip(xn.chunks_exact_mut(hd)) {
-                rms_norm(x, &lw.ffn_norm, cfg.norm_eps, o);
-            }
-            self.acts.set(&xn, m, hd);
-            gemm_many(
-                &mut [
-                    (lw.gate.matrix(&model.file), &mut gate),
-                    (lw.up.matrix(&model.file), &mut up),
-                ],
-                &self.acts,
-            );
-            silu_mul(&mut gate, &up);
-            self.acts.set(&gate, m, ffn);
-            gemm(&lw.down.matrix(&model.file), &self.acts, &mut proj);
-            add_assign(&mut h, &proj);
         }
 
         // Logits only for the rows that want them.
@@ -295,13 +225,10 @@ impl Runner {
                 o,
             );
         }
-        self.acts.set(&final_norm, wanted.len(), hd);
+        let acts = &mut self.scratch.acts;
+        acts.set(&final_norm, wanted.len(), hd);
         let mut data = vec![0.0f32; wanted.len() * cfg.vocab_size];
-        gemm(
-            &model.weights.output.matrix(&model.file),
-            &self.acts,
-            &mut data,
-        );
+        gemm(&model.weights.output.matrix(&model.file), acts, &mut data);
         Ok(Logits {
             vocab: cfg.vocab_size,
             data,

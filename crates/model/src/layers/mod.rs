@@ -1,0 +1,151 @@
+//! The pieces transformer layers are built from, and one file per architecture that assembles
+//! them (`llama.rs`; `qwen2` and `gemma3` differ in a few places: biases on Q/K/V, RoPE mode,
+//! extra norms, GELU, and follow as small files of their own).
+//!
+//! Every piece works row by row (a row is one token of one sequence) or through products that fix
+//! their reduction order per output element, so the forward pass stays batch-invariant.
+
+pub(crate) mod llama;
+
+use crate::SeqInput;
+use crate::config::ModelConfig;
+use kernels::attention::{KvShape, paged_attention, write_kv};
+use kernels::gemm::Activations;
+use kernels::ops::{rms_norm, rope_angles, rope_apply};
+use rayon::prelude::*;
+
+/// What every layer needs to know about the batch: each row's sequence and position, and the
+/// RoPE angles of each row (the same in every layer).
+pub(crate) struct BatchRows<'a> {
+    pub seqs: &'a [SeqInput<'a>],
+    /// (sequence index, position) of each row.
+    pub rows: Vec<(usize, usize)>,
+    pub angles: Vec<Vec<(f32, f32)>>,
+}
+
+impl<'a> BatchRows<'a> {
+    pub fn new(seqs: &'a [SeqInput<'a>], cfg: &ModelConfig) -> Self {
+        let rows: Vec<(usize, usize)> = seqs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| (0..s.tokens.len()).map(move |j| (i, s.start_pos + j)))
+            .collect();
+        let angles = rows
+            .iter()
+            .map(|&(_, pos)| {
+                let mut a = Vec::new();
+                rope_angles(pos, cfg.rope_dims, cfg.rope_base, &mut a);
+                a
+            })
+            .collect();
+        Self { seqs, rows, angles }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+}
+
+/// Per-forward buffers, kept by the runner and reused (resized to the batch) from one forward
+/// pass to the next.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    pub normed: Vec<f32>,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub attn: Vec<f32>,
+    pub proj: Vec<f32>,
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub acts: Activations,
+}
+
+impl Scratch {
+    /// Sizes every buffer for `m` rows of `cfg`'s model.
+    pub fn resize(&mut self, cfg: &ModelConfig, m: usize) {
+        let (hd, kvd, ffn) = (cfg.hidden, cfg.kv_dim(), cfg.ffn_hidden);
+        for (buf, width) in [
+            (&mut self.normed, hd),
+            (&mut self.q, cfg.n_heads * cfg.head_dim),
+            (&mut self.k, kvd),
+            (&mut self.v, kvd),
+            (&mut self.attn, cfg.n_heads * cfg.head_dim),
+            (&mut self.proj, hd),
+            (&mut self.gate, ffn),
+            (&mut self.up, ffn),
+        ] {
+            buf.resize(m * width, 0.0);
+        }
+    }
+}
+
+/// One layer's slice of the KV store.
+pub(crate) struct KvLayer<'a> {
+    pub keys: &'a mut [f32],
+    pub values: &'a mut [f32],
+    pub shape: KvShape,
+}
+
+/// `out = RMSNorm(x) · weight`, row by row.
+pub(crate) fn norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let width = weight.len();
+    for (x, o) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
+        rms_norm(x, weight, eps, o);
+    }
+}
+
+/// Rotates each row's queries and keys by its position (llama.cpp's "normal" RoPE: adjacent
+/// pairs), then stores its keys and values in the sequence's KV blocks.
+pub(crate) fn rope_and_store(
+    batch: &BatchRows<'_>,
+    head_dim: usize,
+    q: &mut [f32],
+    k: &mut [f32],
+    v: &[f32],
+    kv: &mut KvLayer<'_>,
+) {
+    let (qd, kvd) = (q.len() / batch.len(), kv.shape.token_stride());
+    for (r, &(si, pos)) in batch.rows.iter().enumerate() {
+        rope_apply(&mut q[r * qd..(r + 1) * qd], head_dim, &batch.angles[r]);
+        rope_apply(&mut k[r * kvd..(r + 1) * kvd], head_dim, &batch.angles[r]);
+        write_kv(
+            kv.keys,
+            kv.values,
+            kv.shape,
+            batch.seqs[si].blocks,
+            pos,
+            &k[r * kvd..(r + 1) * kvd],
+            &v[r * kvd..(r + 1) * kvd],
+        );
+    }
+}
+
+/// Causal attention of every row over its sequence's positions up to its own, rows split over
+/// the kernel threads.
+pub(crate) fn attend(
+    batch: &BatchRows<'_>,
+    q: &[f32],
+    kv: &KvLayer<'_>,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let width = q.len() / batch.len();
+    let (keys, values, shape) = (&*kv.keys, &*kv.values, kv.shape);
+    out.par_chunks_mut(width)
+        .zip(q.par_chunks(width))
+        .zip(batch.rows.par_iter())
+        .for_each_init(Vec::new, |scores, ((out, q), &(si, pos))| {
+            paged_attention(
+                q,
+                keys,
+                values,
+                shape,
+                batch.seqs[si].blocks,
+                pos + 1,
+                scale,
+                out,
+                scores,
+            );
+        });
+}
