@@ -313,6 +313,7 @@ fn whole_response(plan: &Plan, usage: bool) -> Response {
                     content: Some(text),
                 },
                 finish_reason: Some(plan.finish.into()),
+                logprobs: None,
             }],
             usage,
         })
@@ -326,6 +327,7 @@ fn whole_response(plan: &Plan, usage: bool) -> Response {
                 index: 0,
                 text,
                 finish_reason: Some(plan.finish.into()),
+                logprobs: None,
             }],
             usage,
         })
@@ -371,6 +373,7 @@ fn event(plan: &Plan, chunk: Chunk) -> Bytes {
                         Chunk::Finish | Chunk::Usage => Delta::default(),
                     },
                     finish_reason,
+                    logprobs: None,
                 })
                 .into_iter()
                 .collect(),
@@ -389,6 +392,7 @@ fn event(plan: &Plan, chunk: Chunk) -> Bytes {
                         _ => String::new(),
                     },
                     finish_reason,
+                    logprobs: None,
                 })
                 .into_iter()
                 .collect(),

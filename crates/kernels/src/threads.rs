@@ -4,14 +4,24 @@
 
 use std::sync::OnceLock;
 
+static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+static REQUESTED: OnceLock<usize> = OnceLock::new();
+
+/// Asks for `n` kernel threads (a `--threads` flag); only effective before the first kernel
+/// runs, and over `SPECULA_THREADS`. Returns false if the pool already exists or `n` is 0.
+pub fn set_count(n: usize) -> bool {
+    n > 0 && POOL.get().is_none() && REQUESTED.set(n).is_ok()
+}
+
 fn pool() -> &'static rayon::ThreadPool {
-    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let threads = std::env::var("SPECULA_THREADS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| n > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads = REQUESTED.get().copied().unwrap_or_else(|| {
+            std::env::var("SPECULA_THREADS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n: &usize| n > 0)
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        });
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("specula-kernel-{i}"))

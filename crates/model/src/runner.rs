@@ -49,6 +49,8 @@ pub enum LogitsFor {
     Last,
     /// Every new token (speculative verification, scoring).
     All,
+    /// None: a prompt chunk that does not end the prompt.
+    None,
 }
 
 /// One sequence's part of a batch.
@@ -212,6 +214,7 @@ impl Runner {
             match s.logits {
                 LogitsFor::Last => wanted.push(row + n - 1),
                 LogitsFor::All => wanted.extend(row..row + n),
+                LogitsFor::None => {}
             }
             ranges.push(first..wanted.len());
             row += n;
@@ -225,10 +228,12 @@ impl Runner {
                 o,
             );
         }
-        let acts = &mut self.scratch.acts;
-        acts.set(&final_norm, wanted.len(), hd);
         let mut data = vec![0.0f32; wanted.len() * cfg.vocab_size];
-        gemm(&model.weights.output.matrix(&model.file), acts, &mut data);
+        if !wanted.is_empty() {
+            let acts = &mut self.scratch.acts;
+            acts.set(&final_norm, wanted.len(), hd);
+            gemm(&model.weights.output.matrix(&model.file), acts, &mut data);
+        }
         Ok(Logits {
             vocab: cfg.vocab_size,
             data,

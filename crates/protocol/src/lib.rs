@@ -120,6 +120,9 @@ pub struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
     pub finish_reason: Option<String>,
+    /// Log-probabilities when asked for (`null` otherwise, as OpenAI sends it).
+    #[serde(default)]
+    pub logprobs: Option<Value>,
 }
 
 /// One `data:` event of a streamed chat completion.
@@ -145,6 +148,9 @@ pub struct ChatChoice {
     pub index: u32,
     pub message: AssistantMessage,
     pub finish_reason: Option<String>,
+    /// Log-probabilities when asked for (`null` otherwise, as OpenAI sends it).
+    #[serde(default)]
+    pub logprobs: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,6 +169,9 @@ pub struct CompletionChoice {
     pub index: u32,
     pub text: String,
     pub finish_reason: Option<String>,
+    /// Log-probabilities when asked for (`null` otherwise, as OpenAI sends it).
+    #[serde(default)]
+    pub logprobs: Option<Value>,
 }
 
 /// A legacy completion response, or one streamed chunk of it (`object` says which).

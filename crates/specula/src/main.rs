@@ -6,6 +6,7 @@ mod demo;
 mod generate;
 mod model_bench;
 mod model_cmd;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -30,17 +31,31 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Fetch the default model or describe a GGUF file.
     Model(model_cmd::ModelArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
+    let cli = Cli::parse();
+    // `serve` settings are resolved first: its log level sets the default filter.
+    let mut serve_config = None;
+    let mut level = "warn";
+    if let Command::Serve(args) = &cli.command {
+        match args.clone().resolve() {
+            Ok(cfg) => {
+                level = serve::log_filter(&cfg.log_level).unwrap_or("info");
+                serve_config = Some(cfg);
+            }
+            Err(e) => exit_with(2, &format!("{e:#}")),
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => exit_with(1, &format!("cannot start the async runtime: {e}")),
@@ -52,6 +67,7 @@ fn main() {
             // The runtime's compute runs on its own (rayon) threads; nothing here is async.
             Command::Generate(args) => generate::run(args),
             Command::Model(args) => model_cmd::run(args),
+            Command::Serve(_) => serve::run(serve_config.expect("resolved above")).await,
         }
     });
     // Leftover tasks (a mock server, hung requests) must not hold the process open.

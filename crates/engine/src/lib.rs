@@ -1,0 +1,304 @@
+//! The engine: one thread owns the model, the KV cache and the scheduler, and runs the step loop
+//! (schedule, one batched forward pass, sample, send tokens). The rest of the process talks to it
+//! only through an [`EngineHandle`]: `submit` applies admission and returns a stream of
+//! [`TokenEvent`]s; dropping that stream aborts the request within one step and frees its blocks.
+
+mod stats;
+mod step_loop;
+
+pub use stats::{EngineStats, StatsSnapshot};
+
+use model::Model;
+use model::sampler::SamplingParams;
+use scheduler::SeqId;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+/// Engine limits (SGLang's flag names in the comments).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// `--max-running-requests`: sequences decoded together at most.
+    pub max_running: usize,
+    /// `--max-queued-requests`: requests waiting beyond the running ones; more get `Overloaded`.
+    pub max_queued: usize,
+    /// `--max-total-tokens`: KV cache capacity in tokens (all sequences together).
+    pub max_total_tokens: usize,
+    /// `--chunked-prefill-size`: prompt tokens one step processes at most.
+    pub chunked_prefill_size: usize,
+    /// `--context-length`: the longest sequence (prompt + output) accepted.
+    pub context_length: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+}
+
+impl EngineConfig {
+    /// Blocks of KV storage.
+    pub fn kv_blocks(&self) -> usize {
+        self.max_total_tokens / self.block_size
+    }
+
+    /// The longest sequence the KV cache can hold.
+    pub fn kv_capacity_tokens(&self) -> usize {
+        self.kv_blocks() * self.block_size
+    }
+}
+
+/// One generation request, already tokenized and validated by the caller.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    /// New tokens at most (≥ 1).
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Keep generating past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Token ids that end the generation (besides the model's end-of-generation tokens).
+    pub stop_token_ids: Vec<u32>,
+    /// Log-probabilities to report: `None`, or `Some(n)` for the chosen token's and the top `n`.
+    pub logprobs: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation or stop token.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// What the engine sends about a request, in order: tokens, then one `Finished` or `Failed`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenEvent {
+    Token {
+        id: u32,
+        /// Whether this token ended the generation (an end-of-generation or stop token: its text
+        /// is not part of the output).
+        is_stop: bool,
+        /// The chosen token's log-probability and the top ones, when asked for.
+        logprob: Option<f32>,
+        top_logprobs: Vec<(u32, f32)>,
+    },
+    Finished {
+        reason: FinishReason,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+    },
+    Failed(String),
+}
+
+/// Why a request was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("max_tokens must be at least 1")]
+    NoTokens,
+    #[error(
+        "this request needs {needed} tokens ({prompt} in the prompt + {max_tokens} to generate), more than the context length of {limit}"
+    )]
+    OverContext {
+        needed: usize,
+        prompt: usize,
+        max_tokens: usize,
+        limit: usize,
+    },
+    #[error(
+        "this request needs {needed} tokens ({prompt} in the prompt + {max_tokens} to generate), more than the KV cache holds ({limit} tokens, --max-total-tokens)"
+    )]
+    OverKvCapacity {
+        needed: usize,
+        prompt: usize,
+        max_tokens: usize,
+        limit: usize,
+    },
+    #[error("the server is at capacity ({0} requests running or queued); retry later")]
+    Overloaded(usize),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+/// Messages to the engine thread.
+enum Command {
+    Submit {
+        id: SeqId,
+        request: GenerateRequest,
+        events: UnboundedSender<TokenEvent>,
+    },
+    /// End a request early (e.g. a stop string matched): not counted as an abort.
+    Stop(SeqId),
+}
+
+/// The rest of the process's way to the engine. Cheap to clone.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: mpsc::Sender<Command>,
+    stats: Arc<EngineStats>,
+    config: Arc<EngineConfig>,
+    next_id: Arc<AtomicU64>,
+    closing: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineHandle")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// A submitted request: its id and the events the engine sends. Dropping it aborts the request.
+#[derive(Debug)]
+pub struct RequestStream {
+    pub id: u64,
+    pub events: UnboundedReceiver<TokenEvent>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot start the engine thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// Starts the engine thread on `model`; `end_of_generation` are the tokens that end a generation
+/// (unless a request ignores them).
+pub fn start(
+    model: Model,
+    config: EngineConfig,
+    end_of_generation: Vec<u32>,
+) -> Result<EngineHandle, StartError> {
+    if config.block_size == 0 {
+        return Err(StartError::Config(
+            "the KV block size must be at least 1".into(),
+        ));
+    }
+    if config.kv_blocks() < 2 {
+        return Err(StartError::Config(format!(
+            "a KV cache of {} tokens (--max-total-tokens) cannot hold a request: give it at least {}",
+            config.max_total_tokens,
+            2 * config.block_size
+        )));
+    }
+    let sched = scheduler::SchedulerConfig {
+        max_running: config.max_running,
+        prefill_budget: config.chunked_prefill_size,
+    };
+    sched
+        .validate()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    let stats = Arc::new(EngineStats::default());
+    stats.set_kv_total(config.kv_blocks());
+    let (commands, inbox) = mpsc::channel();
+    let loop_stats = stats.clone();
+    let loop_config = config.clone();
+    std::thread::Builder::new()
+        .name("specula-engine".into())
+        .spawn(move || {
+            let engine =
+                step_loop::Engine::new(model, &loop_config, sched, end_of_generation, loop_stats);
+            engine.run(inbox);
+        })?;
+    Ok(EngineHandle {
+        commands,
+        stats,
+        config: Arc::new(config),
+        next_id: Arc::new(AtomicU64::new(1)),
+        closing: Arc::new(AtomicBool::new(false)),
+    })
+}
+
+impl EngineHandle {
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Checks the limits a request must meet whatever the load.
+    pub fn check(&self, prompt: usize, max_tokens: usize) -> Result<(), SubmitError> {
+        if prompt == 0 {
+            return Err(SubmitError::EmptyPrompt);
+        }
+        if max_tokens == 0 {
+            return Err(SubmitError::NoTokens);
+        }
+        let needed = prompt.saturating_add(max_tokens);
+        let c = &self.config;
+        if needed > c.context_length {
+            return Err(SubmitError::OverContext {
+                needed,
+                prompt,
+                max_tokens,
+                limit: c.context_length,
+            });
+        }
+        if needed > c.kv_capacity_tokens() {
+            return Err(SubmitError::OverKvCapacity {
+                needed,
+                prompt,
+                max_tokens,
+                limit: c.kv_capacity_tokens(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Admits a request: checks its size and the load, then queues it.
+    pub fn submit(&self, request: GenerateRequest) -> Result<RequestStream, SubmitError> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        self.check(request.prompt.len(), request.max_tokens)?;
+        let capacity = self.config.max_running + self.config.max_queued;
+        if !self.stats.try_admit(capacity) {
+            return Err(SubmitError::Overloaded(capacity));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        let cmd = Command::Submit {
+            id: SeqId(id),
+            request,
+            events,
+        };
+        if self.commands.send(cmd).is_err() {
+            self.stats.release_admission();
+            return Err(SubmitError::Stopped);
+        }
+        Ok(RequestStream { id, events: rx })
+    }
+
+    /// Ends a request early without counting it as aborted (its stream gets no more events).
+    pub fn stop(&self, id: u64) {
+        let _ = self.commands.send(Command::Stop(SeqId(id)));
+    }
+
+    /// Refuses new requests from now on (shutdown); requests already admitted carry on.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// Requests admitted and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        self.stats.snapshot().in_flight
+    }
+}

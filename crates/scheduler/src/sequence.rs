@@ -1,0 +1,84 @@
+//! One sequence's tokens, how many of them have their KV computed, and its KV block table.
+
+use kvcache::{BlockPool, BlockTable, OutOfBlocks};
+
+/// The engine's id for a sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub u64);
+
+#[derive(Debug)]
+pub struct Sequence {
+    pub id: SeqId,
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// Tokens whose keys and values are in the cache.
+    computed: usize,
+    table: Option<BlockTable>,
+}
+
+impl Sequence {
+    pub(crate) fn new(id: SeqId, prompt: Vec<u32>) -> Self {
+        Self {
+            id,
+            prompt_len: prompt.len(),
+            tokens: prompt,
+            computed: 0,
+            table: None,
+        }
+    }
+
+    /// Prompt then generated tokens.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn prompt_len(&self) -> usize {
+        self.prompt_len
+    }
+
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    pub fn computed(&self) -> usize {
+        self.computed
+    }
+
+    /// Tokens still to feed.
+    pub fn pending(&self) -> usize {
+        self.tokens.len() - self.computed
+    }
+
+    /// The KV block ids, as the runner takes them (empty while waiting).
+    pub fn block_ids(&self) -> Vec<u32> {
+        self.table
+            .as_ref()
+            .map(|t| t.blocks().iter().map(|b| b.0).collect())
+            .unwrap_or_default()
+    }
+
+    /// Makes sure the table has slots for the next `len` tokens to feed.
+    pub(crate) fn reserve(&mut self, pool: &BlockPool, len: usize) -> Result<(), OutOfBlocks> {
+        let table = self.table.get_or_insert_with(|| pool.new_table());
+        let want = self.computed + len;
+        if table.num_tokens() < want {
+            table.append(want - table.num_tokens())?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn advance(&mut self, len: usize) {
+        self.computed += len;
+        debug_assert!(self.computed <= self.tokens.len());
+    }
+
+    pub(crate) fn push(&mut self, token: u32) {
+        self.tokens.push(token);
+    }
+
+    /// Frees the blocks: the sequence will be recomputed from its first token.
+    pub(crate) fn release(&mut self) {
+        self.table = None;
+        self.computed = 0;
+    }
+}

@@ -1,0 +1,325 @@
+//! One request's generation: its choices submitted to the engine, their token events merged and
+//! turned into text (incremental detokenization, stop strings), timing metrics, and the request's
+//! log line. Dropping a `Generation` aborts whatever is still running.
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::metrics::Outcome;
+use crate::params::GenParams;
+use crate::stop::StopText;
+use engine::{GenerateRequest, TokenEvent};
+use model::tokenizer::IncrementalDecoder;
+use protocol::Usage;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// A generated token with its log-probabilities (when asked for).
+#[derive(Debug, Clone)]
+pub struct TokenInfo {
+    pub id: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// What the client should see next.
+#[derive(Debug)]
+pub enum Update {
+    /// New text of choice `index` (possibly empty), and the tokens that produced it.
+    Text {
+        index: usize,
+        text: String,
+        tokens: Vec<TokenInfo>,
+    },
+    /// Choice `index` is complete.
+    Done { index: usize, finish: &'static str },
+    /// The engine failed; the request ends.
+    Failed(ApiError),
+}
+
+struct Choice {
+    engine_id: u64,
+    decoder: IncrementalDecoder,
+    stop: StopText,
+    completion_tokens: usize,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    finish: Option<&'static str>,
+}
+
+pub struct Generation {
+    state: Arc<AppState>,
+    merged: mpsc::UnboundedReceiver<(usize, TokenEvent)>,
+    choices: Vec<Choice>,
+    queue: VecDeque<Update>,
+    prompt_tokens: usize,
+    started: Instant,
+    logprobs: bool,
+    outcome: Option<Outcome>,
+}
+
+impl Generation {
+    /// Submits `n` choices for each prompt (choice index = prompt index × n + j).
+    pub fn start(
+        state: Arc<AppState>,
+        prompts: Vec<Vec<u32>>,
+        params: &GenParams,
+        started: Instant,
+    ) -> Result<Self, ApiError> {
+        let engine = &state.model().engine;
+        let limit = engine
+            .config()
+            .context_length
+            .min(engine.config().kv_capacity_tokens());
+        let (merged_tx, merged) = mpsc::unbounded_channel();
+        let mut choices = Vec::new();
+        let mut prompt_tokens = 0;
+        for prompt in prompts {
+            prompt_tokens += prompt.len();
+            // Without max_tokens, a request may run to the end of the context.
+            let max_tokens = params
+                .max_tokens
+                .unwrap_or_else(|| limit.saturating_sub(prompt.len()).max(1));
+            for j in 0..params.n {
+                let seed = match params.seed {
+                    Some(s) => s.wrapping_add(j as u64),
+                    None => rand::random(),
+                };
+                let request = GenerateRequest {
+                    prompt: prompt.clone(),
+                    max_tokens,
+                    sampling: model::sampler::SamplingParams {
+                        seed,
+                        ..params.sampling.clone()
+                    },
+                    ignore_eos: params.ignore_eos,
+                    stop_token_ids: params.stop_token_ids.clone(),
+                    logprobs: params.logprobs,
+                };
+                let stream = engine.submit(request).map_err(|e| {
+                    if matches!(e, engine::SubmitError::Overloaded(_)) {
+                        state
+                            .metrics
+                            .rejected_overload
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    ApiError::from(e)
+                })?;
+                let index = choices.len();
+                choices.push(Choice {
+                    engine_id: stream.id,
+                    decoder: IncrementalDecoder::new(true),
+                    stop: StopText::new(params.stop.clone()),
+                    completion_tokens: 0,
+                    first_token: None,
+                    last_token: None,
+                    finish: None,
+                });
+                tokio::spawn(forward(index, stream, merged_tx.clone()));
+            }
+        }
+        Ok(Self {
+            state,
+            merged,
+            choices,
+            queue: VecDeque::new(),
+            prompt_tokens,
+            started,
+            logprobs: params.logprobs.is_some(),
+            outcome: None,
+        })
+    }
+
+    pub fn choices(&self) -> usize {
+        self.choices.len()
+    }
+
+    pub fn usage(&self) -> Usage {
+        let completion: usize = self.choices.iter().map(|c| c.completion_tokens).sum();
+        Usage {
+            prompt_tokens: self.prompt_tokens as u64,
+            completion_tokens: completion as u64,
+            total_tokens: (self.prompt_tokens + completion) as u64,
+            prompt_tokens_details: None,
+        }
+    }
+
+    /// The next update, or `None` once every choice is done.
+    pub async fn next(&mut self) -> Option<Update> {
+        loop {
+            if let Some(u) = self.queue.pop_front() {
+                return Some(u);
+            }
+            if self.outcome.is_some() {
+                return None;
+            }
+            let Some((index, event)) = self.merged.recv().await else {
+                self.complete(Outcome::Error);
+                return Some(Update::Failed(ApiError::internal(
+                    "the engine stopped before the request finished",
+                )));
+            };
+            self.handle(index, event);
+        }
+    }
+
+    fn handle(&mut self, index: usize, event: TokenEvent) {
+        let now = Instant::now();
+        let metrics = &self.state.metrics;
+        let choice = &mut self.choices[index];
+        match event {
+            TokenEvent::Token {
+                id,
+                is_stop,
+                logprob,
+                top_logprobs,
+            } => {
+                match choice.last_token {
+                    None => metrics.ttft.observe((now - self.started).as_secs_f64()),
+                    Some(t) => metrics.itl.observe((now - t).as_secs_f64()),
+                }
+                choice.first_token.get_or_insert(now);
+                choice.last_token = Some(now);
+                choice.completion_tokens += 1;
+                if choice.finish.is_some() || is_stop {
+                    return;
+                }
+                let info = TokenInfo {
+                    id,
+                    logprob: logprob.unwrap_or(0.0),
+                    top: top_logprobs,
+                };
+                let tokens = if self.logprobs {
+                    vec![info]
+                } else {
+                    Vec::new()
+                };
+                let piece = match choice.decoder.push(&self.state.model().tokenizer, id) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.queue
+                            .push_back(Update::Failed(ApiError::internal(format!(
+                                "cannot decode token {id}: {e}"
+                            ))));
+                        self.complete(Outcome::Error);
+                        return;
+                    }
+                };
+                let (text, stopped) = choice.stop.push(&piece);
+                self.queue.push_back(Update::Text {
+                    index,
+                    text,
+                    tokens,
+                });
+                if stopped {
+                    // A stop string: end the engine's work on this choice now.
+                    self.state.model().engine.stop(choice.engine_id);
+                    self.finish_choice(index, "stop");
+                }
+            }
+            TokenEvent::Finished { reason, .. } => {
+                if choice.finish.is_some() {
+                    return;
+                }
+                let mut rest = choice.decoder.flush();
+                let (text, stopped) = choice.stop.push(&rest);
+                rest = text;
+                if !stopped {
+                    rest.push_str(&choice.stop.finish());
+                }
+                if !rest.is_empty() {
+                    self.queue.push_back(Update::Text {
+                        index,
+                        text: rest,
+                        tokens: Vec::new(),
+                    });
+                }
+                let finish = if stopped { "stop" } else { reason.as_str() };
+                self.finish_choice(index, finish);
+            }
+            TokenEvent::Failed(message) => {
+                self.queue
+                    .push_back(Update::Failed(ApiError::internal(message)));
+                self.complete(Outcome::Error);
+            }
+        }
+    }
+
+    fn finish_choice(&mut self, index: usize, finish: &'static str) {
+        self.choices[index].finish = Some(finish);
+        self.queue.push_back(Update::Done { index, finish });
+        if self.choices.iter().all(|c| c.finish.is_some()) {
+            let outcome = if self.choices[0].finish == Some("length") {
+                Outcome::Length
+            } else {
+                Outcome::Stop
+            };
+            self.complete(outcome);
+        }
+    }
+
+    /// Records the request's end once: metrics and its log line.
+    fn complete(&mut self, outcome: Outcome) {
+        if self.outcome.is_some() {
+            return;
+        }
+        self.outcome = Some(outcome);
+        let latency = self.started.elapsed();
+        let metrics = &self.state.metrics;
+        metrics.finished(outcome);
+        if outcome != Outcome::Abort {
+            metrics.e2e.observe(latency.as_secs_f64());
+        }
+        let usage = self.usage();
+        let ttft = self
+            .choices
+            .iter()
+            .filter_map(|c| c.first_token)
+            .min()
+            .map(|t| (t - self.started).as_secs_f64() * 1e3);
+        let finish = match outcome {
+            Outcome::Stop => "stop",
+            Outcome::Length => "length",
+            Outcome::Abort => "abort",
+            Outcome::Error => "error",
+        };
+        tracing::info!(
+            id = self.choices.first().map(|c| c.engine_id),
+            prompt_tokens = usage.prompt_tokens,
+            completion_tokens = usage.completion_tokens,
+            ttft_ms = ttft.map(|t| format!("{t:.1}")),
+            latency_ms = format!("{:.1}", latency.as_secs_f64() * 1e3),
+            finish_reason = finish,
+            "request finished"
+        );
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        // The client went away first: the forwarding tasks see the merged channel close and drop
+        // their engine streams, which aborts the choices still running.
+        self.complete(Outcome::Abort);
+    }
+}
+
+/// Moves one choice's engine events into the merged channel until it ends or nobody listens.
+async fn forward(
+    index: usize,
+    mut stream: engine::RequestStream,
+    merged: mpsc::UnboundedSender<(usize, TokenEvent)>,
+) {
+    loop {
+        tokio::select! {
+            _ = merged.closed() => return,
+            event = stream.events.recv() => {
+                let Some(event) = event else { return };
+                let last = !matches!(event, TokenEvent::Token { .. });
+                if merged.send((index, event)).is_err() || last {
+                    return;
+                }
+            }
+        }
+    }
+}

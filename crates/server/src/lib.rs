@@ -1,0 +1,120 @@
+//! The OpenAI-compatible HTTP server over the engine: routes, validation, SSE streaming, errors
+//! with OpenAI's body, health, server info and Prometheus metrics.
+//!
+//! Requests are tokenized here (off the async threads) and handed to the engine through its
+//! handle; each response follows the engine's token events. A client that goes away drops its
+//! generation, which aborts the request in the engine within one step.
+
+mod body;
+pub mod error;
+mod generate;
+pub mod metrics;
+mod params;
+mod responses;
+mod routes;
+pub mod stop;
+
+pub use error::ApiError;
+pub use routes::{probe, router};
+
+use engine::EngineHandle;
+use metrics::ServerMetrics;
+use model::chat_template::ChatTemplate;
+use model::tokenizer::Tokenizer;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Where the server is in its life: `/health` is 200 only when `Ready`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Loading = 0,
+    Ready = 1,
+    Draining = 2,
+}
+
+/// What exists once the model is loaded.
+pub struct Loaded {
+    pub engine: EngineHandle,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+}
+
+/// Everything the handlers share. The server answers (503 "loading") before the model is
+/// loaded; `loaded` is set once, when it is.
+pub struct AppState {
+    loaded: OnceLock<Loaded>,
+    /// The name `/v1/models` lists and requests may use.
+    pub served_model_name: String,
+    /// With `--api-key`: the bearer token `/v1/*` requires.
+    pub api_key: Option<String>,
+    /// The effective configuration, for `/server_info`.
+    pub info: serde_json::Value,
+    pub metrics: ServerMetrics,
+    /// Largest request body accepted, bytes.
+    pub max_body_bytes: usize,
+    phase: AtomicU8,
+    created: u64,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("served_model_name", &self.served_model_name)
+            .finish()
+    }
+}
+
+impl AppState {
+    pub fn new(
+        served_model_name: String,
+        api_key: Option<String>,
+        info: serde_json::Value,
+    ) -> Self {
+        Self {
+            loaded: OnceLock::new(),
+            served_model_name,
+            api_key,
+            info,
+            metrics: ServerMetrics::default(),
+            max_body_bytes: 16 << 20,
+            phase: AtomicU8::new(Phase::Loading as u8),
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// Installs the loaded model (once; later calls are ignored).
+    pub fn set_loaded(&self, loaded: Loaded) {
+        let _ = self.loaded.set(loaded);
+    }
+
+    pub fn loaded(&self) -> Option<&Loaded> {
+        self.loaded.get()
+    }
+
+    /// The loaded model; handlers reach it only after checking the phase is `Ready`.
+    fn model(&self) -> &Loaded {
+        self.loaded
+            .get()
+            .expect("the phase is Ready only once the model is loaded")
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            1 => Phase::Ready,
+            2 => Phase::Draining,
+            _ => Phase::Loading,
+        }
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Release);
+        if phase == Phase::Draining
+            && let Some(l) = self.loaded.get()
+        {
+            l.engine.close();
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The generation parameters chat and completion requests share, validated with OpenAI's names
+//! and ranges (plus vLLM/SGLang's `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`).
+
+use crate::body::Body;
+use crate::error::ApiError;
+use model::sampler::SamplingParams;
+use serde_json::Value;
+
+/// Most choices (`n`) one request may ask for.
+pub const MAX_N: i64 = 16;
+/// Most stop strings.
+pub const MAX_STOPS: usize = 16;
+/// Most `top_logprobs`.
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+
+#[derive(Debug, Clone)]
+pub struct GenParams {
+    /// `max_tokens` / `max_completion_tokens`; `None`: up to the context.
+    pub max_tokens: Option<usize>,
+    pub sampling: SamplingParams,
+    /// The request's seed; choices use seed, seed + 1, ...; without one each choice draws its own.
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    pub n: usize,
+    /// `None`: no log-probabilities; `Some(k)`: the chosen token's and the top k.
+    pub logprobs: Option<usize>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub ignore_eos: bool,
+}
+
+/// Reads the shared parameters. `chat` selects how `logprobs` is spelled: a boolean plus
+/// `top_logprobs` (chat) or an integer (completions).
+pub fn parse(body: &Body, chat: bool) -> Result<GenParams, ApiError> {
+    let limit = i64::from(u32::MAX);
+    let mut max_tokens = body.integer("max_tokens", i64::MIN, limit)?;
+    if chat && let Some(v) = body.integer("max_completion_tokens", i64::MIN, limit)? {
+        max_tokens = Some(v);
+    }
+    if let Some(v) = max_tokens
+        && v < 1
+    {
+        let param = if body.get("max_completion_tokens").is_some() {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        return Err(ApiError::invalid(
+            param,
+            format!("`{param}` must be at least 1, got {v}"),
+        ));
+    }
+    let top_k = body.integer("top_k", -1, i64::from(u32::MAX))?.unwrap_or(0);
+    let seed = body.integer("seed", i64::MIN, i64::MAX)?.map(|s| s as u64);
+    let sampling = SamplingParams {
+        temperature: body.number("temperature", 0.0, 2.0, false)?.unwrap_or(1.0) as f32,
+        top_p: body.number("top_p", 0.0, 1.0, true)?.unwrap_or(1.0) as f32,
+        top_k: top_k.max(0) as usize,
+        min_p: body.number("min_p", 0.0, 1.0, false)?.unwrap_or(0.0) as f32,
+        presence_penalty: body
+            .number("presence_penalty", -2.0, 2.0, false)?
+            .unwrap_or(0.0) as f32,
+        frequency_penalty: body
+            .number("frequency_penalty", -2.0, 2.0, false)?
+            .unwrap_or(0.0) as f32,
+        repetition_penalty: body
+            .number("repetition_penalty", 0.0, 10.0, true)?
+            .unwrap_or(1.0) as f32,
+        seed: seed.unwrap_or(0),
+    };
+    sampling
+        .validate()
+        .map_err(|m| ApiError::bad_request(m.to_string()))?;
+    let stop = match body.get("stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str().map(str::to_string).ok_or_else(|| {
+                    ApiError::invalid("stop", "`stop` must be a string or a list of strings")
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stop",
+                "`stop` must be a string or a list of strings",
+            ));
+        }
+    };
+    if stop.len() > MAX_STOPS {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("at most {MAX_STOPS} stop strings"),
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid("stop", "stop strings must not be empty"));
+    }
+    let stop_token_ids = match body.get("stop_token_ids") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|x| u32::try_from(x).ok())
+                    .ok_or_else(|| {
+                        ApiError::invalid("stop_token_ids", "`stop_token_ids` must be token ids")
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stop_token_ids",
+                "`stop_token_ids` must be a list of token ids",
+            ));
+        }
+    };
+    let n = body.integer("n", 1, MAX_N)?.unwrap_or(1) as usize;
+    let logprobs = if chat {
+        let on = body.bool("logprobs")?.unwrap_or(false);
+        let top = body.integer("top_logprobs", 0, MAX_TOP_LOGPROBS)?;
+        if top.is_some() && !on {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs` set to true",
+            ));
+        }
+        on.then(|| top.unwrap_or(0) as usize)
+    } else {
+        body.integer("logprobs", 0, MAX_TOP_LOGPROBS)?
+            .map(|k| k as usize)
+    };
+    let stream = body.bool("stream")?.unwrap_or(false);
+    let include_usage = match body.get("stream_options") {
+        None => false,
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "stream_options",
+                    "`stream_options.include_usage` must be a boolean",
+                ));
+            }
+        },
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                "`stream_options` must be an object",
+            ));
+        }
+    };
+    Ok(GenParams {
+        max_tokens: max_tokens.map(|v| v as usize),
+        sampling,
+        seed,
+        stop,
+        stop_token_ids,
+        n,
+        logprobs,
+        stream,
+        include_usage,
+        ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_json(json: &str, chat: bool) -> Result<GenParams, ApiError> {
+        parse(&Body::parse(json.as_bytes()).unwrap(), chat)
+    }
+
+    #[test]
+    fn defaults_and_aliases() {
+        let p = parse_json("{}", true).unwrap();
+        assert_eq!(
+            (p.n, p.max_tokens, p.stream, p.logprobs),
+            (1, None, false, None)
+        );
+        assert_eq!(p.sampling.temperature, 1.0);
+        let p = parse_json(
+            r#"{"max_completion_tokens": 7, "logprobs": true, "top_logprobs": 3}"#,
+            true,
+        )
+        .unwrap();
+        assert_eq!((p.max_tokens, p.logprobs), (Some(7), Some(3)));
+        let p = parse_json(r#"{"logprobs": 2, "stop": "x", "seed": -1}"#, false).unwrap();
+        assert_eq!(
+            (p.logprobs, p.stop.clone(), p.seed),
+            (Some(2), vec!["x".to_string()], Some(u64::MAX))
+        );
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_parameter() {
+        for (json, param) in [
+            (r#"{"temperature": 2.5}"#, "temperature"),
+            (r#"{"temperature": "hot"}"#, "temperature"),
+            (r#"{"top_p": 0}"#, "top_p"),
+            (r#"{"top_p": 1.5}"#, "top_p"),
+            (r#"{"max_tokens": -3}"#, "max_tokens"),
+            (r#"{"max_tokens": 0}"#, "max_tokens"),
+            (r#"{"max_tokens": 1.5}"#, "max_tokens"),
+            (r#"{"n": 0}"#, "n"),
+            (r#"{"stop": 3}"#, "stop"),
+            (r#"{"stop": [""]}"#, "stop"),
+            (r#"{"top_logprobs": 2}"#, "top_logprobs"),
+            (r#"{"stream": "yes"}"#, "stream"),
+            (r#"{"presence_penalty": 3}"#, "presence_penalty"),
+        ] {
+            let e = parse_json(json, true).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{json}");
+            assert_eq!(e.param.as_deref(), Some(param), "{json}");
+        }
+    }
+}

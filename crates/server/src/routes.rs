@@ -1,0 +1,608 @@
+//! The routes: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`,
+//! `/health_generate`, `/server_info`, `/metrics`; everything else is a 404 with an error body.
+
+use crate::body::Body;
+use crate::error::ApiError;
+use crate::generate::{Generation, Update};
+use crate::params::{self, GenParams};
+use crate::responses::{self, ChoiceResult};
+use crate::{AppState, Phase};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use model::chat_template::ChatOptions;
+use protocol::{ChatCompletionChunk, Delta, ModelCard, ModelList};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+type Shared = Arc<AppState>;
+
+/// The application's routes over `state`.
+pub fn router(state: Shared) -> Router {
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(health))
+        .route("/health_generate", get(health_generate))
+        .route("/server_info", get(server_info))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .with_state(state)
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route for {} {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn require_api_key(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    if let Some(key) = &state.api_key {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(key.as_str()) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "a valid API key is required (Authorization: Bearer <key>)",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The request body as a JSON object; a body over the limit is a 413 with an error body.
+fn read_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Body, ApiError> {
+    if state.phase() != Phase::Ready {
+        return Err(not_ready(state));
+    }
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is over {} bytes", state.max_body_bytes),
+            )
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {e}"))
+        }
+    })?;
+    let body = Body::parse(&bytes)?;
+    if let Some(m) = body.str("model")?
+        && !m.is_empty()
+        && m != state.served_model_name
+    {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "the model `{m}` does not exist; this server serves `{}`",
+                state.served_model_name
+            ),
+        ));
+    }
+    Ok(body)
+}
+
+fn not_ready(state: &AppState) -> ApiError {
+    match state.phase() {
+        Phase::Draining => ApiError::unavailable("the server is shutting down"),
+        _ => ApiError::unavailable("the server is loading"),
+    }
+}
+
+/// Work that must not block the async threads (template rendering, tokenizing).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
+}
+
+async fn chat(State(state): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
+    let started = Instant::now();
+    match chat_inner(state, body, started).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat_inner(
+    state: Shared,
+    body: Result<Bytes, BytesRejection>,
+    started: Instant,
+) -> Result<Response, ApiError> {
+    let body = read_body(&state, body)?;
+    let params = params::parse(&body, true)?;
+    let messages = match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => m.clone(),
+        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "`messages` is empty")),
+        Some(_) => return Err(ApiError::invalid("messages", "`messages` must be a list")),
+        None => return Err(ApiError::invalid("messages", "`messages` is required")),
+    };
+    let mut opts = ChatOptions::default();
+    if let Some(v) = body.bool("add_generation_prompt")? {
+        opts.add_generation_prompt = v;
+    }
+    match body.get("chat_template_kwargs") {
+        None => {}
+        Some(Value::Object(kw)) => opts.extra = kw.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "`chat_template_kwargs` must be an object",
+            ));
+        }
+    }
+    let st = state.clone();
+    let prompt = blocking(move || {
+        let template = st
+            .model()
+            .template
+            .as_ref()
+            .ok_or_else(|| ApiError::bad_request("this model has no chat template"))?;
+        let text = template
+            .render(&messages, &opts)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        st.model()
+            .tokenizer
+            .encode(&text, true, true)
+            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
+    })
+    .await?;
+    check_length(&state, &prompt, &params)?;
+    let generation = Generation::start(state.clone(), vec![prompt], &params, started)?;
+    let id = format!("chatcmpl-{}", random_id());
+    if params.stream {
+        Ok(stream_chat(state, generation, id, params))
+    } else {
+        let n = generation.choices();
+        let (results, usage) = collect(generation, n).await?;
+        let model = state.served_model_name.clone();
+        let body = responses::chat_completion(
+            &id,
+            &model,
+            &state.model().tokenizer,
+            results,
+            usage,
+            params.logprobs.is_some(),
+        );
+        Ok(axum::Json(body).into_response())
+    }
+}
+
+/// A prompt that leaves no room for even one token is refused before anything is queued.
+fn check_length(state: &AppState, prompt: &[u32], params: &GenParams) -> Result<(), ApiError> {
+    let engine = &state.model().engine;
+    let max_tokens = params.max_tokens.unwrap_or(1);
+    engine.check(prompt.len(), max_tokens).map_err(|e| match e {
+        engine::SubmitError::OverContext { .. } | engine::SubmitError::OverKvCapacity { .. }
+            if params.max_tokens.is_none() =>
+        {
+            ApiError::invalid("messages", e.to_string())
+        }
+        e => ApiError::from(e),
+    })
+}
+
+async fn completions(State(state): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
+    let started = Instant::now();
+    match completions_inner(state, body, started).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions_inner(
+    state: Shared,
+    body: Result<Bytes, BytesRejection>,
+    started: Instant,
+) -> Result<Response, ApiError> {
+    let body = read_body(&state, body)?;
+    let params = params::parse(&body, false)?;
+    let vocab = state.model().tokenizer.vocab_size();
+    // Text prompts are tokenized below; token-id prompts are taken as they are.
+    enum P {
+        Text(String),
+        Ids(Vec<u32>),
+    }
+    let ids = |v: &Vec<Value>| -> Result<Vec<u32>, ApiError> {
+        v.iter()
+            .map(|t| {
+                t.as_u64()
+                    .filter(|&id| (id as usize) < vocab)
+                    .map(|id| id as u32)
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "prompt",
+                            format!("token ids must be integers below {vocab}"),
+                        )
+                    })
+            })
+            .collect()
+    };
+    let prompts: Vec<P> = match body.get("prompt") {
+        Some(Value::String(s)) => vec![P::Text(s.clone())],
+        Some(Value::Array(items)) if !items.is_empty() => {
+            if items.iter().all(Value::is_number) {
+                vec![P::Ids(ids(items)?)]
+            } else {
+                items
+                    .iter()
+                    .map(|item| match item {
+                        Value::String(s) => Ok(P::Text(s.clone())),
+                        Value::Array(inner) => Ok(P::Ids(ids(inner)?)),
+                        _ => Err(ApiError::invalid(
+                            "prompt",
+                            "`prompt` must be a string, a list of strings, or token ids",
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "`prompt` must be a string, a list of strings, or token ids",
+            ));
+        }
+        None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
+    };
+    let st = state.clone();
+    let prompts: Vec<Vec<u32>> = blocking(move || {
+        prompts
+            .into_iter()
+            .map(|p| match p {
+                P::Ids(ids) => Ok(ids),
+                P::Text(t) => st
+                    .model()
+                    .tokenizer
+                    .encode(&t, true, true)
+                    .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize: {e}"))),
+            })
+            .collect()
+    })
+    .await?;
+    for p in &prompts {
+        if p.is_empty() {
+            return Err(ApiError::invalid("prompt", "the prompt is empty"));
+        }
+        check_length(&state, p, &params).map_err(|mut e| {
+            if e.param.as_deref() == Some("messages") {
+                e.param = Some("prompt".into());
+            }
+            e
+        })?;
+    }
+    let generation = Generation::start(state.clone(), prompts, &params, started)?;
+    let id = format!("cmpl-{}", random_id());
+    if params.stream {
+        Ok(stream_completion(state, generation, id, params))
+    } else {
+        let n = generation.choices();
+        let (results, usage) = collect(generation, n).await?;
+        let body = responses::completion(
+            &id,
+            &state.served_model_name,
+            &state.model().tokenizer,
+            results,
+            usage,
+            params.logprobs.is_some(),
+        );
+        Ok(axum::Json(body).into_response())
+    }
+}
+
+fn random_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// Runs a generation to its end (non-streaming responses).
+async fn collect(
+    mut generation: Generation,
+    n: usize,
+) -> Result<(Vec<ChoiceResult>, protocol::Usage), ApiError> {
+    let mut results: Vec<ChoiceResult> = (0..n)
+        .map(|_| ChoiceResult {
+            text: String::new(),
+            finish: None,
+            tokens: Vec::new(),
+        })
+        .collect();
+    while let Some(update) = generation.next().await {
+        match update {
+            Update::Text {
+                index,
+                text,
+                tokens,
+            } => {
+                results[index].text.push_str(&text);
+                results[index].tokens.extend(tokens);
+            }
+            Update::Done { index, finish } => results[index].finish = Some(finish),
+            Update::Failed(e) => return Err(e),
+        }
+    }
+    Ok((results, generation.usage()))
+}
+
+/// An SSE response whose events come from `rx`; when the client goes away the body is dropped,
+/// `rx` with it, and the producer sees its channel closed.
+fn sse(rx: mpsc::Receiver<String>) -> Response {
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|data| (Ok::<_, Infallible>(Event::default().data(data)), rx))
+    });
+    Sse::new(events).into_response()
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("response types serialise")
+}
+
+fn stream_chat(
+    state: Shared,
+    mut generation: Generation,
+    id: String,
+    params: GenParams,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<String>(64);
+    tokio::spawn(async move {
+        let model = state.served_model_name.clone();
+        for i in 0..generation.choices() {
+            let delta = Delta {
+                role: Some("assistant".into()),
+                content: Some(String::new()),
+                ..Delta::default()
+            };
+            let chunk = responses::chat_chunk(&id, &model, i, delta, None, None);
+            if tx.send(to_json(&chunk)).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let update = tokio::select! {
+                _ = tx.closed() => return,
+                u = generation.next() => u,
+            };
+            let data = match update {
+                None => break,
+                Some(Update::Text {
+                    index,
+                    text,
+                    tokens,
+                }) => {
+                    if text.is_empty() && tokens.is_empty() {
+                        continue;
+                    }
+                    let logprobs = params.logprobs.is_some().then(|| {
+                        json!({"content": responses::chat_logprobs(&state.model().tokenizer, &tokens)})
+                    });
+                    let delta = Delta {
+                        content: Some(text),
+                        ..Delta::default()
+                    };
+                    to_json(&responses::chat_chunk(
+                        &id, &model, index, delta, None, logprobs,
+                    ))
+                }
+                Some(Update::Done { index, finish }) => to_json(&responses::chat_chunk(
+                    &id,
+                    &model,
+                    index,
+                    Delta::default(),
+                    Some(finish),
+                    None,
+                )),
+                Some(Update::Failed(e)) => {
+                    let _ = tx.send(to_json(&e.body())).await;
+                    return;
+                }
+            };
+            if tx.send(data).await.is_err() {
+                return;
+            }
+        }
+        if params.include_usage {
+            let chunk = ChatCompletionChunk {
+                id: id.clone(),
+                object: "chat.completion.chunk".into(),
+                created: responses::now_secs(),
+                model: model.clone(),
+                choices: Vec::new(),
+                usage: Some(generation.usage()),
+            };
+            let _ = tx.send(to_json(&chunk)).await;
+        }
+        let _ = tx.send("[DONE]".into()).await;
+    });
+    sse(rx)
+}
+
+fn stream_completion(
+    state: Shared,
+    mut generation: Generation,
+    id: String,
+    params: GenParams,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<String>(64);
+    tokio::spawn(async move {
+        let model = state.served_model_name.clone();
+        let mut offsets = vec![0usize; generation.choices()];
+        loop {
+            let update = tokio::select! {
+                _ = tx.closed() => return,
+                u = generation.next() => u,
+            };
+            let data = match update {
+                None => break,
+                Some(Update::Text {
+                    index,
+                    text,
+                    tokens,
+                }) => {
+                    if text.is_empty() && tokens.is_empty() {
+                        continue;
+                    }
+                    let logprobs = params.logprobs.is_some().then(|| {
+                        responses::completion_logprobs(
+                            &state.model().tokenizer,
+                            &tokens,
+                            offsets[index],
+                        )
+                    });
+                    offsets[index] += text.len();
+                    to_json(&responses::completion_chunk(
+                        &id, &model, index, text, None, logprobs,
+                    ))
+                }
+                Some(Update::Done { index, finish }) => to_json(&responses::completion_chunk(
+                    &id,
+                    &model,
+                    index,
+                    String::new(),
+                    Some(finish),
+                    None,
+                )),
+                Some(Update::Failed(e)) => {
+                    let _ = tx.send(to_json(&e.body())).await;
+                    return;
+                }
+            };
+            if tx.send(data).await.is_err() {
+                return;
+            }
+        }
+        if params.include_usage {
+            let chunk = protocol::Completion {
+                id: id.clone(),
+                object: "text_completion".into(),
+                created: responses::now_secs(),
+                model: model.clone(),
+                choices: Vec::new(),
+                usage: Some(generation.usage()),
+            };
+            let _ = tx.send(to_json(&chunk)).await;
+        }
+        let _ = tx.send("[DONE]".into()).await;
+    });
+    sse(rx)
+}
+
+async fn models(State(state): State<Shared>) -> axum::Json<ModelList> {
+    axum::Json(ModelList {
+        object: "list".into(),
+        data: vec![ModelCard {
+            id: state.served_model_name.clone(),
+            object: "model".into(),
+            created: state.created,
+            owned_by: "specula".into(),
+        }],
+    })
+}
+
+async fn health(State(state): State<Shared>) -> Response {
+    match state.phase() {
+        Phase::Ready => StatusCode::OK.into_response(),
+        _ => not_ready(&state).into_response(),
+    }
+}
+
+/// Runs a one-token generation through the engine: 200 when it completes.
+async fn health_generate(State(state): State<Shared>) -> Response {
+    if state.phase() != Phase::Ready {
+        return not_ready(&state).into_response();
+    }
+    match probe(&state.model().engine, Duration::from_secs(60)).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(message) => ApiError::unavailable(message).into_response(),
+    }
+}
+
+/// One greedy token from the engine (warm-up and `/health_generate`).
+pub async fn probe(engine: &engine::EngineHandle, timeout: Duration) -> Result<(), String> {
+    let request = engine::GenerateRequest {
+        prompt: vec![0],
+        max_tokens: 1,
+        sampling: model::sampler::SamplingParams::greedy(),
+        ignore_eos: true,
+        stop_token_ids: Vec::new(),
+        logprobs: None,
+    };
+    let mut stream = engine.submit(request).map_err(|e| e.to_string())?;
+    let wait = async {
+        while let Some(event) = stream.events.recv().await {
+            match event {
+                engine::TokenEvent::Finished { .. } => return Ok(()),
+                engine::TokenEvent::Failed(m) => return Err(m),
+                engine::TokenEvent::Token { .. } => {}
+            }
+        }
+        Err("the engine stopped".to_string())
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .map_err(|_| format!("no token within {} s", timeout.as_secs()))?
+}
+
+async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
+    let s = state
+        .loaded()
+        .map(|l| l.engine.stats().snapshot())
+        .unwrap_or_default();
+    let phase = match state.phase() {
+        Phase::Loading => "loading",
+        Phase::Ready => "ready",
+        Phase::Draining => "draining",
+    };
+    axum::Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "served_model_name": state.served_model_name,
+        "phase": phase,
+        "config": state.info,
+        "stats": {
+            "in_flight": s.in_flight,
+            "running": s.running,
+            "queued": s.queued,
+            "kv_blocks_used": s.kv_used_blocks,
+            "kv_blocks_total": s.kv_total_blocks,
+            "preemptions": s.preemptions,
+            "aborted": s.aborted,
+            "prompt_tokens": s.prompt_tokens,
+            "generation_tokens": s.generation_tokens,
+            "steps": s.steps,
+            "finished": s.finished,
+        }
+    }))
+}
+
+async fn metrics(State(state): State<Shared>) -> Response {
+    let text = state.metrics.render(
+        &state
+            .loaded()
+            .map(|l| l.engine.stats().snapshot())
+            .unwrap_or_default(),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

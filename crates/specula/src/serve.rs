@@ -1,0 +1,321 @@
+//! `specula serve`: the OpenAI-compatible server. Flags use SGLang's names; `--config FILE.toml`
+//! takes the same keys (flags win). Start-up binds the port, loads the model, starts the engine
+//! and runs a warm-up generation before `/health` says ready; any failure exits non-zero with one
+//! line. SIGTERM/SIGINT drain in-flight requests (new ones get 503) and exit 0.
+
+use crate::Failure;
+use anyhow::{Context, anyhow};
+use clap::Args;
+use model::Model;
+use model::chat_template::ChatTemplate;
+use model::tokenizer::Tokenizer;
+use serde::Deserialize;
+use server::{AppState, Loaded, Phase};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Flags; every one can also come from `--config` (same name, kebab-case key).
+#[derive(Args, Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Port to listen on; 0 picks a free one [default: 30000].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The GGUF model [default: the default model, fetched if missing].
+    #[arg(long, alias = "model")]
+    pub model_path: Option<PathBuf>,
+    /// The model name `/v1/models` lists and requests use [default: the file name].
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Longest sequence (prompt + output) [default: the model's].
+    #[arg(long)]
+    pub context_length: Option<usize>,
+    /// Requests decoded together at most [default: 64].
+    #[arg(long)]
+    pub max_running_requests: Option<usize>,
+    /// Requests waiting beyond the running ones; more get 503 [default: 256].
+    #[arg(long)]
+    pub max_queued_requests: Option<usize>,
+    /// KV cache capacity in tokens [default: 32768; memory grows as it fills].
+    #[arg(long)]
+    pub max_total_tokens: Option<usize>,
+    /// Prompt tokens one engine step processes at most [default: 512].
+    #[arg(long)]
+    pub chunked_prefill_size: Option<usize>,
+    /// Require `Authorization: Bearer KEY` on /v1 routes.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// trace, debug, info, warning or error [default: info].
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// Kernel threads [default: all cores].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seconds to finish in-flight requests after SIGTERM/SIGINT [default: 30].
+    #[arg(long)]
+    pub shutdown_timeout: Option<u64>,
+    /// A TOML file with any of these settings.
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+}
+
+/// The effective settings: flags over the config file over the defaults.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServeConfig {
+    pub host: String,
+    pub port: u16,
+    pub model_path: Option<PathBuf>,
+    pub served_model_name: Option<String>,
+    pub context_length: Option<usize>,
+    pub max_running_requests: usize,
+    pub max_queued_requests: usize,
+    pub max_total_tokens: usize,
+    pub chunked_prefill_size: usize,
+    #[serde(skip)]
+    pub api_key: Option<String>,
+    pub log_level: String,
+    pub threads: Option<usize>,
+    pub shutdown_timeout: u64,
+}
+
+impl ServeArgs {
+    /// Merges the config file (if any) under the flags.
+    pub fn resolve(self) -> anyhow::Result<ServeConfig> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                toml::from_str::<ServeArgs>(&text)
+                    .map_err(|e| anyhow!("{}: {}", path.display(), e.message()))?
+            }
+            None => ServeArgs::default(),
+        };
+        let cfg = ServeConfig {
+            host: self
+                .host
+                .or(file.host)
+                .unwrap_or_else(|| "127.0.0.1".into()),
+            port: self.port.or(file.port).unwrap_or(30000),
+            model_path: self.model_path.or(file.model_path),
+            served_model_name: self.served_model_name.or(file.served_model_name),
+            context_length: self.context_length.or(file.context_length),
+            max_running_requests: self
+                .max_running_requests
+                .or(file.max_running_requests)
+                .unwrap_or(64),
+            max_queued_requests: self
+                .max_queued_requests
+                .or(file.max_queued_requests)
+                .unwrap_or(256),
+            max_total_tokens: self
+                .max_total_tokens
+                .or(file.max_total_tokens)
+                .unwrap_or(32768),
+            chunked_prefill_size: self
+                .chunked_prefill_size
+                .or(file.chunked_prefill_size)
+                .unwrap_or(512),
+            api_key: self.api_key.or(file.api_key),
+            log_level: self
+                .log_level
+                .or(file.log_level)
+                .unwrap_or_else(|| "info".into()),
+            threads: self.threads.or(file.threads),
+            shutdown_timeout: self
+                .shutdown_timeout
+                .or(file.shutdown_timeout)
+                .unwrap_or(30),
+        };
+        if cfg.max_running_requests == 0 {
+            anyhow::bail!("--max-running-requests must be at least 1");
+        }
+        if cfg.chunked_prefill_size == 0 {
+            anyhow::bail!("--chunked-prefill-size must be at least 1");
+        }
+        if cfg.threads == Some(0) {
+            anyhow::bail!("--threads must be at least 1");
+        }
+        if cfg.context_length == Some(0) {
+            anyhow::bail!("--context-length must be at least 1");
+        }
+        log_filter(&cfg.log_level)?;
+        Ok(cfg)
+    }
+}
+
+/// The tracing filter for a `--log-level`.
+pub fn log_filter(level: &str) -> anyhow::Result<&'static str> {
+    Ok(match level.to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "warn" | "warning" => "warn",
+        "error" | "critical" => "error",
+        other => anyhow::bail!("--log-level {other}: use trace, debug, info, warning or error"),
+    })
+}
+
+pub async fn run(cfg: ServeConfig) -> Result<(), Failure> {
+    if let Some(n) = cfg.threads {
+        kernels::threads::set_count(n);
+    }
+    // 1. The port first: a taken port fails before minutes of loading.
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr().context("no local address")?;
+    let model_path = crate::model_cmd::resolve(cfg.model_path.clone())?;
+    let served = cfg.served_model_name.clone().unwrap_or_else(|| {
+        model_path
+            .file_stem()
+            .map_or("model".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let info = serde_json::to_value(&cfg).context("config")?;
+    let mut state = AppState::new(served.clone(), cfg.api_key.clone(), info);
+    state.max_body_bytes = 16 << 20;
+    let state = Arc::new(state);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let app = server::router(state.clone());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    // The address (port 0 picks one) on stdout, for scripts and tests.
+    println!(
+        "specula serve: listening on http://{local} (loading {})",
+        model_path.display()
+    );
+
+    // 2. Model, tokenizer, template, engine, warm-up: all or nothing.
+    let t0 = Instant::now();
+    let loaded = tokio::task::spawn_blocking(move || load(&model_path, &cfg_for_engine(&cfg)))
+        .await
+        .map_err(|e| anyhow!("loading failed: {e}"))??;
+    let engine = loaded.engine.clone();
+    state.set_loaded(loaded);
+    server::probe(&engine, Duration::from_secs(300))
+        .await
+        .map_err(|e| anyhow!("the warm-up generation failed: {e}"))?;
+    state.set_phase(Phase::Ready);
+    tracing::info!(
+        model = served,
+        load_s = format!("{:.1}", t0.elapsed().as_secs_f64()),
+        "ready on http://{local}"
+    );
+    println!("specula serve: ready on http://{local} (model {served})");
+
+    // 3. Until SIGTERM/SIGINT, then drain.
+    wait_for_signal().await;
+    state.set_phase(Phase::Draining);
+    let deadline = Instant::now() + Duration::from_secs(cfg_shutdown(&state));
+    tracing::info!(
+        in_flight = engine.in_flight(),
+        "shutting down: draining requests"
+    );
+    while engine.in_flight() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = engine.in_flight();
+    if left > 0 {
+        tracing::warn!(left, "shutdown timeout: requests still running are dropped");
+    }
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    println!("specula serve: stopped");
+    Ok(())
+}
+
+fn cfg_shutdown(state: &AppState) -> u64 {
+    state.info["shutdown_timeout"].as_u64().unwrap_or(30)
+}
+
+/// What the engine needs from the settings.
+struct EngineSettings {
+    context_length: Option<usize>,
+    max_running: usize,
+    max_queued: usize,
+    max_total_tokens: usize,
+    chunked_prefill_size: usize,
+}
+
+fn cfg_for_engine(cfg: &ServeConfig) -> EngineSettings {
+    EngineSettings {
+        context_length: cfg.context_length,
+        max_running: cfg.max_running_requests,
+        max_queued: cfg.max_queued_requests,
+        max_total_tokens: cfg.max_total_tokens,
+        chunked_prefill_size: cfg.chunked_prefill_size,
+    }
+}
+
+/// KV block size, in tokens.
+const BLOCK_SIZE: usize = 16;
+
+fn load(path: &std::path::Path, s: &EngineSettings) -> anyhow::Result<Loaded> {
+    let model = Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&model.file)
+        .with_context(|| format!("{}: cannot build the tokenizer", path.display()))?;
+    let template = match ChatTemplate::from_gguf(&model.file, &tokenizer) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!("no usable chat template ({e}): /v1/chat/completions will refuse");
+            None
+        }
+    };
+    let model_context = model.config.context_length;
+    let context_length = match s.context_length {
+        Some(c) if c > model_context => {
+            tracing::warn!(
+                "--context-length {c} is over the model's {model_context}; using it anyway"
+            );
+            c
+        }
+        Some(c) => c,
+        None => model_context,
+    };
+    let config = engine::EngineConfig {
+        max_running: s.max_running,
+        max_queued: s.max_queued,
+        max_total_tokens: s.max_total_tokens,
+        chunked_prefill_size: s.chunked_prefill_size,
+        context_length,
+        block_size: BLOCK_SIZE,
+    };
+    let eog = tokenizer.eog_ids().to_vec();
+    let engine = engine::start(model, config, eog).context("cannot start the engine")?;
+    Ok(Loaded {
+        engine,
+        tokenizer,
+        template,
+    })
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
