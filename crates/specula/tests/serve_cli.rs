@@ -1,0 +1,610 @@
+//! End-to-end tests of `specula serve`: the real binary with the real model, on loopback.
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_specula");
+
+fn model_path() -> PathBuf {
+    let path = std::env::var_os("SPECULA_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("SPECULA_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/specula")
+                });
+            home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        });
+    assert!(
+        path.is_file(),
+        "{} missing: run scripts/fetch-model.sh",
+        path.display()
+    );
+    path
+}
+
+/// A `specula serve` process on a free port, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--port",
+                "0",
+                "--threads",
+                "2",
+                "--log-level",
+                "warning",
+            ])
+            .arg("--model-path")
+            .arg(model_path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start specula serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let line = lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the server did not become ready");
+            if let Some(rest) = line.strip_prefix("specula serve: ready on ") {
+                let url = rest.split_whitespace().next().unwrap().to_string();
+                return Self { child, url, lines };
+            }
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; its exit status.
+    fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn post(url: &str, body: Value) -> (u16, Value) {
+    let r = client().post(url).json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The `data:` payloads of an SSE response, until `[DONE]` (included).
+async fn sse_events(response: reqwest::Response) -> Vec<String> {
+    let body = response.text().await.unwrap();
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A metric's value from the Prometheus text.
+async fn metric(server: &Server, name: &str) -> f64 {
+    let text = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("specula:{name} ")))
+        .unwrap_or_else(|| panic!("no metric {name}"))
+        .parse()
+        .unwrap()
+}
+
+fn chat_body(content: &str, extra: Value) -> Value {
+    let mut body = json!({"messages": [{"role": "user", "content": content}]});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+#[tokio::test]
+async fn chat_and_completions_answer_with_usage_streamed_or_not() {
+    let s = Server::start(&["--served-model-name", "smol"]);
+    let (status, models) = {
+        let r = client().get(s.url("/v1/models")).send().await.unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(status, 200);
+    assert_eq!(models["data"][0]["id"], "smol");
+
+    let greedy = json!({"temperature": 0, "max_tokens": 24, "model": "smol"});
+    let (status, full) = post(
+        &s.url("/v1/chat/completions"),
+        chat_body("What is the capital of France?", greedy.clone()),
+    )
+    .await;
+    assert_eq!(status, 200, "{full}");
+    let text = full["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.contains("Paris"), "{text}");
+    let usage = &full["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(
+            usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+        )
+    );
+
+    // The same request streamed: the same text, a role chunk first, usage at the end.
+    let mut body = chat_body("What is the capital of France?", greedy);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = client()
+        .post(s.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let events = sse_events(r).await;
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+    assert_eq!(chunks.last().unwrap()["usage"], *usage);
+    assert_eq!(
+        chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+        full["choices"][0]["finish_reason"]
+    );
+
+    // A stop string ends the answer before it and is never sent.
+    let (_, stopped) = post(
+        &s.url("/v1/chat/completions"),
+        chat_body(
+            "What is the capital of France?",
+            json!({"temperature": 0, "max_tokens": 24, "stop": ["Paris"]}),
+        ),
+    )
+    .await;
+    let cut = stopped["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap();
+    assert_eq!(cut, &text[..text.find("Paris").unwrap()]);
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+
+    // Completions from token ids, n = 2 seeded samples, log-probabilities.
+    let (status, c) = post(
+        &s.url("/v1/completions"),
+        json!({"prompt": [504, 3458, 282], "max_tokens": 5, "n": 2, "seed": 3,
+               "temperature": 0.8, "logprobs": 3, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{c}");
+    assert_eq!(c["choices"].as_array().unwrap().len(), 2);
+    assert_eq!(c["usage"]["prompt_tokens"], 3);
+    assert_eq!(c["usage"]["completion_tokens"], 10);
+    let lp = &c["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 5);
+    assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 3);
+    assert!(lp["token_logprobs"][0].as_f64().unwrap() <= 0.0);
+}
+
+#[tokio::test]
+async fn greedy_text_through_the_server_equals_generate() {
+    let prompt = "The three primary colors are";
+    let out = Command::new(BIN)
+        .args([
+            "generate",
+            "--prompt",
+            prompt,
+            "--max-tokens",
+            "40",
+            "--temperature",
+            "0",
+        ])
+        .args(["--ignore-eos", "--model"])
+        .arg(model_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let generated = &stdout[..stdout.rfind("\nprompt: ").unwrap()];
+    let s = Server::start(&[]);
+    let (status, c) = post(
+        &s.url("/v1/completions"),
+        json!({"prompt": prompt, "max_tokens": 40, "temperature": 0, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(c["choices"][0]["text"].as_str().unwrap(), generated);
+}
+
+#[tokio::test]
+async fn sixty_four_simultaneous_streams_complete_with_correct_usage() {
+    let s = Server::start(&[]);
+    let url = s.url("/v1/chat/completions");
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut body = chat_body(
+                    &format!("Tell me fact number {i} about the sea."),
+                    json!({"max_tokens": 12, "ignore_eos": true, "stream": true,
+                           "stream_options": {"include_usage": true}}),
+                );
+                body["seed"] = json!(i);
+                let r = client().post(&url).json(&body).send().await.unwrap();
+                assert_eq!(r.status().as_u16(), 200);
+                let events = sse_events(r).await;
+                assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+                let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+                usage["usage"]["completion_tokens"].as_u64().unwrap()
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 12);
+    }
+    assert_eq!(metric(&s, "kv_blocks_used").await, 0.0);
+}
+
+#[tokio::test]
+async fn dropped_streams_free_their_kv_blocks() {
+    let s = Server::start(&[]);
+    let url = s.url("/v1/completions");
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body = json!({"prompt": format!("Story {i}: once upon a time"),
+                                  "max_tokens": 2000, "ignore_eos": true, "stream": true});
+                let r = client().post(&url).json(&body).send().await.unwrap();
+                let mut stream = r.bytes_stream();
+                // Read the first event, then go away mid-stream.
+                let first = stream.next().await.unwrap().unwrap();
+                assert!(first.starts_with(b"data: "));
+            })
+        })
+        .collect();
+    // Non-streaming clients that give up (a timeout) abort too.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let waits: Vec<_> = (0..10)
+        .map(|i| {
+            let (url, impatient) = (url.clone(), impatient.clone());
+            tokio::spawn(async move {
+                let body =
+                    json!({"prompt": format!("List {i}:"), "max_tokens": 2000, "ignore_eos": true});
+                assert!(impatient.post(&url).json(&body).send().await.is_err());
+            })
+        })
+        .collect();
+    for t in tasks.into_iter().chain(waits) {
+        t.await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let used = metric(&s, "kv_blocks_used").await;
+        let running = metric(&s, "num_running_reqs").await;
+        if used == 0.0 && running == 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{used} KV blocks still used");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric(&s, "aborted_requests_total").await, 60.0);
+}
+
+#[tokio::test]
+async fn overload_gives_503_at_once_while_accepted_requests_complete() {
+    let s = Server::start(&["--max-running-requests", "2", "--max-queued-requests", "2"]);
+    let url = s.url("/v1/completions");
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body =
+                    json!({"prompt": format!("Item {i}:"), "max_tokens": 32, "ignore_eos": true});
+                let r = client().post(&url).json(&body).send().await.unwrap();
+                let status = r.status().as_u16();
+                let retry = r.headers().get("retry-after").is_some();
+                let v: Value = r.json().await.unwrap();
+                (status, retry, v)
+            })
+        })
+        .collect();
+    let (mut ok, mut refused) = (0, 0);
+    for t in tasks {
+        let (status, retry, v) = t.await.unwrap();
+        match status {
+            200 => {
+                ok += 1;
+                assert_eq!(v["usage"]["completion_tokens"], 32);
+            }
+            503 => {
+                refused += 1;
+                assert!(retry, "503 without Retry-After");
+                assert!(v["error"]["message"].as_str().unwrap().contains("capacity"));
+            }
+            other => panic!("unexpected status {other}: {v}"),
+        }
+    }
+    assert!(ok >= 4, "{ok} accepted");
+    assert!(refused >= 1, "nothing refused");
+    assert_eq!(ok + refused, 16);
+}
+
+#[tokio::test]
+async fn bad_requests_get_openai_errors_with_the_right_status() {
+    let s = Server::start(&["--api-key", "sekrit"]);
+    let auth = |r: reqwest::RequestBuilder| r.bearer_auth("sekrit");
+    let chat = s.url("/v1/chat/completions");
+    let cases = [
+        (json!({"messages": []}), "messages"),
+        (json!({"messages": "hi"}), "messages"),
+        (json!({}), "messages"),
+        (chat_body("hi", json!({"temperature": 2.5})), "temperature"),
+        (chat_body("hi", json!({"top_p": 0})), "top_p"),
+        (chat_body("hi", json!({"max_tokens": -1})), "max_tokens"),
+        (chat_body("hi", json!({"max_tokens": 100000})), "max_tokens"),
+        (chat_body("hi", json!({"model": "gpt-4"})), "model"),
+        (chat_body("hi", json!({"n": "two"})), "n"),
+        (
+            json!({"messages": [{"role": "user", "content": 5}]}),
+            "messages",
+        ),
+    ];
+    for (body, param) in cases {
+        let r = auth(client().post(&chat)).json(&body).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{body}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], param, "{body}: {v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert!(!v["error"]["message"].as_str().unwrap().is_empty());
+    }
+    let r = auth(client().post(&chat))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let long_prompt = "word ".repeat(9000);
+    let r = auth(client().post(s.url("/v1/completions")))
+        .json(&json!({"prompt": long_prompt, "max_tokens": 10}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let r = auth(client().get(s.url("/v1/nothing")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], 404);
+    let huge = vec![b'a'; 17 << 20];
+    let r = auth(client().post(&chat)).body(huge).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    // Without the key: 401; health stays open.
+    let r = client()
+        .post(&chat)
+        .json(&chat_body("hi", json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let r = client().get(s.url("/health")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = client()
+        .get(s.url("/health_generate"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let info: Value = client()
+        .get(s.url("/server_info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["config"]["max_running_requests"], 64);
+    assert_eq!(info["phase"], "ready");
+    assert!(
+        info["config"].get("api_key").is_none(),
+        "the key must not leak"
+    );
+}
+
+#[test]
+fn start_up_failures_exit_non_zero_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let corrupt = dir.path().join("corrupt.gguf");
+    std::fs::write(&corrupt, b"GGUF\x03\x00\x00\x00garbage").unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let model = model_path();
+    let model = model.to_str().unwrap();
+    let bad_config = dir.path().join("bad.toml");
+    std::fs::write(&bad_config, "max-running-requests = \"lots\"\n").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--port", "0", "--model-path", "/nonexistent/model.gguf"],
+            "does not exist",
+        ),
+        (
+            vec!["--port", "0", "--model-path", corrupt.to_str().unwrap()],
+            "cannot load",
+        ),
+        (
+            vec![
+                "--port",
+                "0",
+                "--model-path",
+                model,
+                "--max-total-tokens",
+                "8",
+            ],
+            "KV cache",
+        ),
+        (
+            vec!["--model-path", model, "--port", &port],
+            "cannot listen",
+        ),
+        (
+            vec![
+                "--port",
+                "0",
+                "--model-path",
+                model,
+                "--config",
+                bad_config.to_str().unwrap(),
+            ],
+            "bad.toml",
+        ),
+        (
+            vec!["--port", "0", "--model-path", model, "--log-level", "loud"],
+            "--log-level",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = Command::new(BIN).arg("serve").args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(!stdout.contains("ready on"), "{args:?} reported ready");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
+        assert!(errors[0].contains(expect), "{args:?}: {}", errors[0]);
+    }
+}
+
+#[tokio::test]
+async fn sigterm_finishes_in_flight_requests_then_exits_zero() {
+    let mut s = Server::start(&[]);
+    let body =
+        json!({"prompt": "Count: one, two,", "max_tokens": 48, "ignore_eos": true, "stream": true});
+    let r = client()
+        .post(s.url("/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = r.bytes_stream();
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: "));
+    s.terminate();
+    // New work is refused while the stream finishes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = client()
+        .post(s.url("/v1/completions"))
+        .json(&json!({"prompt": "x", "max_tokens": 2}))
+        .send()
+        .await;
+    if let Ok(r) = refused {
+        assert_eq!(r.status().as_u16(), 503);
+    }
+    let mut rest = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        rest.extend_from_slice(&chunk.unwrap());
+    }
+    let rest = String::from_utf8(rest).unwrap();
+    assert!(rest.trim_end().ends_with("data: [DONE]"), "{rest}");
+    assert!(rest.contains("\"finish_reason\":\"length\""));
+    let status = s.wait(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+    let lines: Vec<String> = s.lines.try_iter().collect();
+    assert!(lines.iter().any(|l| l.contains("stopped")), "{lines:?}");
+}
+
+#[tokio::test]
+async fn preempted_requests_are_recomputed_to_the_same_greedy_text() {
+    // 16 blocks of 16 tokens: eight ~45-token sequences cannot all hold their KV at once.
+    let s = Server::start(&["--max-total-tokens", "256", "--max-running-requests", "8"]);
+    let url = s.url("/v1/completions");
+    let body = |i: usize| {
+        json!({"prompt": format!("Here is a short story about a robot named Unit {i}. It begins"),
+               "max_tokens": 28, "temperature": 0, "ignore_eos": true})
+    };
+    let mut alone = Vec::new();
+    for i in 0..8 {
+        let (status, c) = post(&url, body(i)).await;
+        assert_eq!(status, 200, "{c}");
+        alone.push(c["choices"][0]["text"].as_str().unwrap().to_string());
+    }
+    assert_eq!(metric(&s, "preemptions_total").await, 0.0);
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (url, body) = (url.clone(), body(i));
+            tokio::spawn(async move { post(&url, body).await })
+        })
+        .collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let (status, c) = t.await.unwrap();
+        assert_eq!(status, 200, "{c}");
+        assert_eq!(
+            c["choices"][0]["text"].as_str().unwrap(),
+            alone[i],
+            "request {i}"
+        );
+    }
+    assert!(
+        metric(&s, "preemptions_total").await > 0.0,
+        "the KV cache was meant to run short"
+    );
+    assert_eq!(metric(&s, "kv_blocks_used").await, 0.0);
+}
