@@ -161,10 +161,30 @@ pub fn log_filter(level: &str) -> anyhow::Result<&'static str> {
 }
 
 pub async fn run(cfg: ServeConfig) -> Result<(), Failure> {
+    let running = start(cfg).await?;
+    wait_for_signal().await;
+    running.drain().await;
+    println!("specula serve: stopped");
+    Ok(())
+}
+
+/// A server that has finished starting: ready, answering on `addr`.
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    state: Arc<AppState>,
+    engine: engine::EngineHandle,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    shutdown_timeout: Duration,
+}
+
+/// Binds, loads, warms up; returns once `/health` says ready. Any failure is an error (the
+/// listener and engine go away with it).
+pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
     if let Some(n) = cfg.threads {
         kernels::threads::set_count(n);
     }
-    // 1. The port first: a taken port fails before minutes of loading.
+    // 1. The port first: a taken port fails before the model loads.
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -177,10 +197,8 @@ pub async fn run(cfg: ServeConfig) -> Result<(), Failure> {
             .map_or("model".into(), |s| s.to_string_lossy().into_owned())
     });
     let info = serde_json::to_value(&cfg).context("config")?;
-    let mut state = AppState::new(served.clone(), cfg.api_key.clone(), info);
-    state.max_body_bytes = 16 << 20;
-    let state = Arc::new(state);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let state = Arc::new(AppState::new(served.clone(), cfg.api_key.clone(), info));
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = server::router(state.clone());
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -197,7 +215,8 @@ pub async fn run(cfg: ServeConfig) -> Result<(), Failure> {
 
     // 2. Model, tokenizer, template, engine, warm-up: all or nothing.
     let t0 = Instant::now();
-    let loaded = tokio::task::spawn_blocking(move || load(&model_path, &cfg_for_engine(&cfg)))
+    let settings = cfg_for_engine(&cfg);
+    let loaded = tokio::task::spawn_blocking(move || load(&model_path, &settings))
         .await
         .map_err(|e| anyhow!("loading failed: {e}"))??;
     let engine = loaded.engine.clone();
@@ -212,30 +231,36 @@ pub async fn run(cfg: ServeConfig) -> Result<(), Failure> {
         "ready on http://{local}"
     );
     println!("specula serve: ready on http://{local} (model {served})");
-
-    // 3. Until SIGTERM/SIGINT, then drain.
-    wait_for_signal().await;
-    state.set_phase(Phase::Draining);
-    let deadline = Instant::now() + Duration::from_secs(cfg_shutdown(&state));
-    tracing::info!(
-        in_flight = engine.in_flight(),
-        "shutting down: draining requests"
-    );
-    while engine.in_flight() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let left = engine.in_flight();
-    if left > 0 {
-        tracing::warn!(left, "shutdown timeout: requests still running are dropped");
-    }
-    let _ = stop_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
-    println!("specula serve: stopped");
-    Ok(())
+    Ok(Running {
+        addr: local,
+        state,
+        engine,
+        stop,
+        server,
+        shutdown_timeout: Duration::from_secs(cfg.shutdown_timeout),
+    })
 }
 
-fn cfg_shutdown(state: &AppState) -> u64 {
-    state.info["shutdown_timeout"].as_u64().unwrap_or(30)
+impl Running {
+    /// Refuses new requests (503), lets in-flight ones finish within the shutdown timeout, then
+    /// stops the listener.
+    pub async fn drain(self) {
+        self.state.set_phase(Phase::Draining);
+        let deadline = Instant::now() + self.shutdown_timeout;
+        tracing::info!(
+            in_flight = self.engine.in_flight(),
+            "shutting down: draining requests"
+        );
+        while self.engine.in_flight() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = self.engine.in_flight();
+        if left > 0 {
+            tracing::warn!(left, "shutdown timeout: requests still running are dropped");
+        }
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
+    }
 }
 
 /// What the engine needs from the settings.

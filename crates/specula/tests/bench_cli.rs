@@ -631,6 +631,7 @@ fn demo_runs_a_sweep_against_the_built_in_mock() {
     let out = Command::new(BIN)
         .args([
             "demo",
+            "--mock",
             "--concurrency",
             "1,2",
             "--requests-per-level",

@@ -37,6 +37,7 @@ struct Server {
 }
 
 impl Server {
+    #[allow(clippy::zombie_processes)] // Drop kills and waits
     fn start(args: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .args([
@@ -607,4 +608,34 @@ async fn preempted_requests_are_recomputed_to_the_same_greedy_text() {
         "the KV cache was meant to run short"
     );
     assert_eq!(metric(&s, "kv_blocks_used").await, 0.0);
+}
+
+#[test]
+fn demo_serves_the_model_and_benchmarks_it() {
+    let out = Command::new(BIN)
+        .args([
+            "demo",
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "2",
+            "--max-tokens",
+            "8",
+        ])
+        .args(["--warmup-requests", "1", "--threads", "2", "--model-path"])
+        .arg(model_path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let levels: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("C="))
+        .collect();
+    assert_eq!(levels.len(), 2, "{stdout}");
+    assert!(levels.iter().all(|l| l.contains("ok: 2/2")), "{stdout}");
 }
