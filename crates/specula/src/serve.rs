@@ -344,3 +344,29 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_parses_and_flags_win() {
+        let example: ServeArgs =
+            toml::from_str(include_str!("../../../deploy/specula.toml")).unwrap();
+        assert_eq!(example.port, Some(30000));
+        assert_eq!(example.max_running_requests, Some(64));
+        assert_eq!(example.served_model_name.as_deref(), Some("smollm2-135m"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "port = 31000\nmax-queued-requests = 5\n").unwrap();
+        let flags = ServeArgs {
+            port: Some(32000),
+            config: Some(path),
+            ..ServeArgs::default()
+        };
+        let cfg = flags.resolve().unwrap();
+        assert_eq!((cfg.port, cfg.max_queued_requests), (32000, 5));
+        assert_eq!(cfg.max_running_requests, 64);
+        assert!(toml::from_str::<ServeArgs>("no-such-key = 1").is_err());
+    }
+}
