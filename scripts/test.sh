@@ -10,3 +10,5 @@ cargo test --workspace --release "$@"
 for kernels in portable avx2; do
     SPECULA_KERNELS=$kernels cargo test --release -p model --test batch_invariance "$@"
 done
+# The official openai Python client against the real server.
+scripts/test-openai.sh
