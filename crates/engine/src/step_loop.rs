@@ -200,22 +200,17 @@ impl Engine {
                 continue;
             };
             let mut row = logits.last(i).to_vec();
-            let sampled = a.sampler.sample(&mut row, a.request.logprobs.unwrap_or(0));
+            let sampled = a.sampler.sample(&mut row, a.request.logprobs);
             a.generated += 1;
             self.stats.add_generation_tokens(1);
             let token = sampled.token;
             let is_stop = (!a.request.ignore_eos && self.end_of_generation.contains(&token))
                 || a.request.stop_token_ids.contains(&token);
-            let wants_logprobs = a.request.logprobs.is_some();
             let _ = a.events.send(TokenEvent::Token {
                 id: token,
                 is_stop,
-                logprob: wants_logprobs.then_some(sampled.logprob),
-                top_logprobs: if wants_logprobs {
-                    sampled.top
-                } else {
-                    Vec::new()
-                },
+                logprob: sampled.logprob,
+                top_logprobs: sampled.top,
             });
             let reason = if is_stop {
                 Some(FinishReason::Stop)

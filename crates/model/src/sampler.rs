@@ -81,8 +81,8 @@ impl SamplingParams {
 pub struct Sampled {
     pub token: u32,
     /// Log-probability of `token` under the model's distribution after the penalties, before
-    /// temperature and the top-k/top-p/min-p filters.
-    pub logprob: f32,
+    /// temperature and the top-k/top-p/min-p filters (when asked for).
+    pub logprob: Option<f32>,
     /// The `n` most likely tokens and their log-probabilities, most likely first.
     pub top: Vec<(u32, f32)>,
 }
@@ -121,19 +121,27 @@ impl Sampler {
         (z >> 40) as f32 / (1u64 << 24) as f32
     }
 
-    /// Chooses the next token from `logits` (modified in place by the penalties) and records it.
-    pub fn sample(&mut self, logits: &mut [f32], n_top: usize) -> Sampled {
+    /// Chooses the next token from `logits` (modified in place by the penalties) and records it;
+    /// with `logprobs: Some(n)`, also its log-probability and the `n` most likely tokens'.
+    pub fn sample(&mut self, logits: &mut [f32], logprobs: Option<usize>) -> Sampled {
         self.apply_penalties(logits);
-        let (top, logprob_of) = log_probs(logits, n_top);
         let token = if self.params.temperature < MIN_TEMPERATURE {
             argmax(logits)
         } else {
             self.draw(logits)
         };
         *self.output_counts.entry(token).or_insert(0) += 1;
+        let Some(n_top) = logprobs else {
+            return Sampled {
+                token,
+                logprob: None,
+                top: Vec::new(),
+            };
+        };
+        let (top, logprob_of) = log_probs(logits, n_top);
         Sampled {
             token,
-            logprob: logprob_of(logits[token as usize]),
+            logprob: Some(logprob_of(logits[token as usize])),
             top,
         }
     }
@@ -162,6 +170,9 @@ impl Sampler {
         }
     }
 
+    /// Draws from softmax(logits / T) after the filters. The most likely token has weight 1
+    /// (its logit is the maximum), so min-p is a fixed threshold and needs no sort; top-p sorts
+    /// only as many of the most likely tokens as it takes to reach `top_p`.
     fn draw(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
         let inv_t = 1.0 / p.temperature;
@@ -171,29 +182,32 @@ impl Sampler {
             logits
                 .iter()
                 .enumerate()
-                .map(|(i, &l)| (i as u32, ((l - max) * inv_t).exp())),
+                .map(|(i, &l)| (i as u32, ((l - max) * inv_t).exp()))
+                .filter(|&(_, q)| q >= p.min_p),
         );
         // Most likely first; ties broken by token id so the order is deterministic.
-        let k = if p.top_k > 0 {
-            p.top_k.min(self.probs.len())
-        } else {
-            self.probs.len()
-        };
         let by_prob = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if k < self.probs.len() {
-            self.probs.select_nth_unstable_by(k - 1, by_prob);
-            self.probs.truncate(k);
+        if p.top_k > 0 && p.top_k < self.probs.len() {
+            self.probs.select_nth_unstable_by(p.top_k - 1, by_prob);
+            self.probs.truncate(p.top_k);
         }
-        self.probs.sort_unstable_by(by_prob);
-        let top_prob = self.probs[0].1;
-        if p.min_p > 0.0 {
-            self.probs.retain(|&(_, q)| q >= p.min_p * top_prob);
-        }
-        let total: f32 = self.probs.iter().map(|&(_, q)| q).sum();
         if p.top_p < 1.0 {
+            let total: f32 = self.probs.iter().map(|&(_, q)| q).sum();
+            let mut k = self.probs.len().min(64);
+            loop {
+                if k < self.probs.len() {
+                    self.probs.select_nth_unstable_by(k - 1, by_prob);
+                }
+                self.probs[..k].sort_unstable_by(by_prob);
+                let head: f32 = self.probs[..k].iter().map(|&(_, q)| q).sum();
+                if head / total >= p.top_p || k == self.probs.len() {
+                    break;
+                }
+                k = (k * 4).min(self.probs.len());
+            }
             let mut acc = 0.0;
-            let mut keep = self.probs.len();
-            for (i, &(_, q)) in self.probs.iter().enumerate() {
+            let mut keep = k;
+            for (i, &(_, q)) in self.probs[..k].iter().enumerate() {
                 acc += q / total;
                 if acc >= p.top_p {
                     keep = i + 1;
@@ -262,10 +276,11 @@ mod tests {
     #[test]
     fn greedy_takes_the_first_maximum_and_reports_logprobs() {
         let mut s = Sampler::new(SamplingParams::greedy(), &[]);
-        let out = s.sample(&mut logits(), 3);
+        let out = s.sample(&mut logits(), Some(3));
         assert_eq!(out.token, 1);
         let z: f64 = logits().iter().map(|&l| (l as f64).exp()).sum();
-        assert!((out.logprob as f64 - (3.0 - z.ln())).abs() < 1e-5);
+        assert!((out.logprob.unwrap() as f64 - (3.0 - z.ln())).abs() < 1e-5);
+        assert_eq!(s.sample(&mut logits(), None).logprob, None);
         assert_eq!(out.top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 3, 2]);
     }
 
@@ -279,7 +294,7 @@ mod tests {
         let run = |p: SamplingParams| {
             let mut s = Sampler::new(p, &[]);
             (0..50)
-                .map(|_| s.sample(&mut logits(), 0).token)
+                .map(|_| s.sample(&mut logits(), None).token)
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(params.clone()), run(params.clone()));
@@ -300,7 +315,7 @@ mod tests {
             &[],
         );
         for _ in 0..20 {
-            assert_eq!(s.sample(&mut logits(), 0).token, 1);
+            assert_eq!(s.sample(&mut logits(), None).token, 1);
         }
         // min_p 0.5 keeps tokens within half of the best probability: ids 1 and 3 (equal) only.
         let mut s = Sampler::new(
@@ -312,7 +327,7 @@ mod tests {
             &[],
         );
         for _ in 0..50 {
-            assert!([1, 3].contains(&s.sample(&mut logits(), 0).token));
+            assert!([1, 3].contains(&s.sample(&mut logits(), None).token));
         }
         // top_p 0.5 stops after the first token whose cumulative mass reaches one half.
         let mut s = Sampler::new(
@@ -324,7 +339,7 @@ mod tests {
             &[],
         );
         for _ in 0..50 {
-            assert!([1, 3].contains(&s.sample(&mut logits(), 0).token));
+            assert!([1, 3].contains(&s.sample(&mut logits(), None).token));
         }
     }
 
@@ -339,7 +354,7 @@ mod tests {
         );
         let n = 20_000;
         let hits = (0..n)
-            .filter(|_| s.sample(&mut [0.0, 0.0, 2.0f32.ln()], 0).token == 2)
+            .filter(|_| s.sample(&mut [0.0, 0.0, 2.0f32.ln()], None).token == 2)
             .count();
         // p(2) = 2 / (1 + 1 + 2) = 0.5
         assert!((hits as f64 / n as f64 - 0.5).abs() < 0.02, "{hits}");
@@ -353,9 +368,9 @@ mod tests {
             ..Default::default()
         };
         let mut s = Sampler::new(params, &[]);
-        assert_eq!(s.sample(&mut logits(), 0).token, 1);
+        assert_eq!(s.sample(&mut logits(), None).token, 1);
         assert_eq!(
-            s.sample(&mut logits(), 0).token,
+            s.sample(&mut logits(), None).token,
             3,
             "1 was used: 3 now leads"
         );
@@ -367,7 +382,7 @@ mod tests {
             },
             &[1, 3],
         );
-        assert_eq!(s.sample(&mut logits(), 0).token, 2, "3/2 = 1.5 < 2");
+        assert_eq!(s.sample(&mut logits(), None).token, 2, "3/2 = 1.5 < 2");
         // Token 2 is now in the output but not the prompt; 1 and 3 (prompt) were penalised once:
         // a token in both the prompt and the output is not penalised twice.
         let mut s = Sampler::new(
@@ -379,12 +394,12 @@ mod tests {
             &[1],
         );
         assert_eq!(
-            s.sample(&mut [0.0, 4.0, 2.1, 0.0], 0).token,
+            s.sample(&mut [0.0, 4.0, 2.1, 0.0], None).token,
             2,
             "4/2 = 2 < 2.1"
         );
         assert_eq!(
-            s.sample(&mut [0.0, 4.0, 2.1, 0.0], 0).token,
+            s.sample(&mut [0.0, 4.0, 2.1, 0.0], None).token,
             1,
             "2.1/2 < 4/2: 1 penalised once"
         );
@@ -397,7 +412,7 @@ mod tests {
             &[],
         );
         assert_eq!(
-            tiny.sample(&mut logits(), 0).token,
+            tiny.sample(&mut logits(), None).token,
             1,
             "a tiny temperature is greedy"
         );
@@ -411,5 +426,41 @@ mod tests {
         };
         assert!(bad.validate().unwrap_err().contains("top_p"));
         assert!(SamplingParams::default().validate().is_ok());
+    }
+
+    #[test]
+    fn top_p_over_a_large_vocabulary_keeps_exactly_the_nucleus() {
+        // 500 tokens with spread-out logits: the nucleus needs more than the first 64 sorted.
+        let logits: Vec<f32> = (0..500).map(|i| ((i * 37 % 500) as f32) * 0.004).collect();
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_p: 0.8,
+            seed: 5,
+            ..Default::default()
+        };
+        // The nucleus by brute force: most likely first, smallest prefix reaching 0.8.
+        let mut order: Vec<usize> = (0..500).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let max = logits[order[0]];
+        let q: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+        let total: f32 = q.iter().sum();
+        let mut acc = 0.0;
+        let mut nucleus = std::collections::HashSet::new();
+        for &t in &order {
+            nucleus.insert(t as u32);
+            acc += q[t] / total;
+            if acc >= 0.8 {
+                break;
+            }
+        }
+        assert!(nucleus.len() > 64, "{}", nucleus.len());
+        let mut s = Sampler::new(params, &[]);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2000 {
+            let t = s.sample(&mut logits.clone(), None).token;
+            assert!(nucleus.contains(&t), "token {t} outside the nucleus");
+            seen.insert(t);
+        }
+        assert!(seen.len() > nucleus.len() / 2);
     }
 }

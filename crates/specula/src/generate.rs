@@ -125,7 +125,7 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
     let mut generated = 0usize;
     let mut ids_out = Vec::new();
     loop {
-        let next = sampler.sample(&mut logits, 0).token;
+        let next = sampler.sample(&mut logits, None).token;
         generated += 1;
         ids_out.push(next);
         let eog = tokenizer.is_eog(next) && !args.ignore_eos;
