@@ -149,6 +149,7 @@ pub struct EngineHandle {
     config: Arc<EngineConfig>,
     next_id: Arc<AtomicU64>,
     closing: Arc<AtomicBool>,
+    alive: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for EngineHandle {
@@ -205,9 +206,13 @@ pub fn start(
     let (commands, inbox) = mpsc::channel();
     let loop_stats = stats.clone();
     let loop_config = config.clone();
+    let alive = Arc::new(AtomicBool::new(true));
+    let guard = AliveGuard(alive.clone());
     std::thread::Builder::new()
         .name("specula-engine".into())
         .spawn(move || {
+            // Cleared however the loop ends, a panic included.
+            let _guard = guard;
             let engine =
                 step_loop::Engine::new(model, &loop_config, sched, end_of_generation, loop_stats);
             engine.run(inbox);
@@ -218,7 +223,20 @@ pub fn start(
         config: Arc::new(config),
         next_id: Arc::new(AtomicU64::new(1)),
         closing: Arc::new(AtomicBool::new(false)),
+        alive,
     })
+}
+
+/// Marks the engine as stopped when the engine thread ends.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+        if std::thread::panicking() {
+            tracing::error!("the engine thread panicked; every request now fails");
+        }
+    }
 }
 
 impl EngineHandle {
@@ -291,6 +309,11 @@ impl EngineHandle {
     /// Refuses new requests from now on (shutdown); requests already admitted carry on.
     pub fn close(&self) {
         self.closing.store(true, Ordering::Release);
+    }
+
+    /// False once the engine thread has stopped (it only stops on a bug).
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
     }
 
     pub fn is_closing(&self) -> bool {

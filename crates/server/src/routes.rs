@@ -524,7 +524,8 @@ async fn models(State(state): State<Shared>) -> axum::Json<ModelList> {
 
 async fn health(State(state): State<Shared>) -> Response {
     match state.phase() {
-        Phase::Ready => StatusCode::OK.into_response(),
+        Phase::Ready if state.model().engine.is_alive() => StatusCode::OK.into_response(),
+        Phase::Ready => ApiError::unavailable("the engine has stopped").into_response(),
         _ => not_ready(&state).into_response(),
     }
 }
