@@ -105,11 +105,13 @@ impl Engine {
         }
     }
 
-    /// Removes a request from the engine and frees its blocks and admission slot.
+    /// Removes a request from the engine and frees its blocks and admission slot; the published
+    /// load reflects it before the request's last event goes out.
     fn end(&mut self, id: SeqId) {
         self.scheduler.finish(id);
         self.active.remove(&id);
         self.stats.release_admission();
+        self.publish_load();
     }
 
     /// Requests whose receiver was dropped (the client disconnected) end now.
@@ -139,10 +141,11 @@ impl Engine {
     }
 
     fn fail(&mut self, id: SeqId, message: &str) {
-        if let Some(a) = self.active.get(&id) {
-            let _ = a.events.send(TokenEvent::Failed(message.to_string()));
-        }
+        let events = self.active.get(&id).map(|a| a.events.clone());
         self.end(id);
+        if let Some(events) = events {
+            let _ = events.send(TokenEvent::Failed(message.to_string()));
+        }
     }
 
     fn publish_load(&self) {
@@ -221,13 +224,15 @@ impl Engine {
             };
             match reason {
                 Some(reason) => {
-                    let _ = a.events.send(TokenEvent::Finished {
-                        reason,
-                        prompt_tokens: a.request.prompt.len(),
-                        completion_tokens: a.generated,
-                    });
+                    let (events, prompt_tokens, completion_tokens) =
+                        (a.events.clone(), a.request.prompt.len(), a.generated);
                     self.end(b.id);
                     self.stats.add_finished();
+                    let _ = events.send(TokenEvent::Finished {
+                        reason,
+                        prompt_tokens,
+                        completion_tokens,
+                    });
                 }
                 None => self.scheduler.push_token(b.id, token),
             }
