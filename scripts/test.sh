@@ -8,7 +8,7 @@ scripts/fetch-model.sh >/dev/null
 cargo test --workspace --release "$@"
 # The lower kernel paths, which other CPUs take, must keep batch invariance too.
 for kernels in portable avx2; do
-    SPECULA_KERNELS=$kernels cargo test --release -p model --test batch_invariance "$@"
+    SPECULA_KERNELS=$kernels cargo test --workspace --release --test batch_invariance "$@"
 done
 # The official openai Python client against the real server.
 scripts/test-openai.sh

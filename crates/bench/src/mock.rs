@@ -199,6 +199,7 @@ impl Plan {
             completion_tokens: u64::from(completion_tokens),
             total_tokens: self.prompt_tokens + u64::from(completion_tokens),
             prompt_tokens_details: None,
+            spec_accept_length: None,
         }
     }
 }

@@ -6,7 +6,7 @@
 mod stats;
 mod step_loop;
 
-pub use stats::{EngineStats, StatsSnapshot};
+pub use stats::{ACCEPT_BUCKETS, EngineStats, StatsSnapshot};
 
 use model::Model;
 use model::sampler::SamplingParams;
@@ -31,6 +31,20 @@ pub struct EngineConfig {
     pub context_length: usize,
     /// Tokens per KV block.
     pub block_size: usize,
+    /// Speculative decoding, if on.
+    pub speculative: Option<SpecConfig>,
+}
+
+/// N-gram speculative decoding settings (SGLang's flag names in the comments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecConfig {
+    /// `--speculative-num-draft-tokens`: drafts a sequence verifies per step at most.
+    pub num_draft_tokens: usize,
+    /// `--speculative-ngram-min-match-window` / `--speculative-ngram-max-match-window`.
+    pub ngram_min_window: usize,
+    pub ngram_max_window: usize,
+    /// `--speculative-disable-batch-threshold`: no speculation while more run.
+    pub disable_batch_threshold: Option<usize>,
 }
 
 impl EngineConfig {
@@ -93,6 +107,8 @@ pub enum TokenEvent {
         reason: FinishReason,
         prompt_tokens: usize,
         completion_tokens: usize,
+        /// With speculation: tokens emitted per verification pass, on average.
+        spec_accept_length: Option<f32>,
     },
     Failed(String),
 }
@@ -201,6 +217,15 @@ pub fn start(
     sched
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
+    if let Some(spec) = &config.speculative {
+        spec::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
+            .map_err(StartError::Config)?;
+        if spec.num_draft_tokens == 0 {
+            return Err(StartError::Config(
+                "--speculative-num-draft-tokens must be at least 1".into(),
+            ));
+        }
+    }
     let stats = Arc::new(EngineStats::default());
     stats.set_kv_total(config.kv_blocks());
     let (commands, inbox) = mpsc::channel();

@@ -16,7 +16,17 @@ pub struct EngineStats {
     generation_tokens: AtomicU64,
     steps: AtomicU64,
     finished: AtomicU64,
+    spec_proposed: AtomicU64,
+    spec_accepted: AtomicU64,
+    spec_verifications: AtomicU64,
+    spec_steps_on: AtomicU64,
+    spec_steps_off: AtomicU64,
+    /// Verifications by drafts accepted (the last bucket counts that many or more).
+    accept_hist: [AtomicU64; ACCEPT_BUCKETS],
 }
+
+/// Buckets of the accepted-drafts histogram: 0, 1, …, 15, and 16 or more.
+pub const ACCEPT_BUCKETS: usize = 17;
 
 /// A copy of the statistics at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,6 +45,15 @@ pub struct StatsSnapshot {
     pub generation_tokens: u64,
     pub steps: u64,
     pub finished: u64,
+    /// Draft tokens proposed and accepted, and verifications (one per speculating sequence and
+    /// step).
+    pub spec_proposed: u64,
+    pub spec_accepted: u64,
+    pub spec_verifications: u64,
+    /// Steps with at least one sequence speculating, and decode steps with none.
+    pub spec_steps_on: u64,
+    pub spec_steps_off: u64,
+    pub accept_hist: [u64; ACCEPT_BUCKETS],
 }
 
 impl EngineStats {
@@ -51,6 +70,12 @@ impl EngineStats {
             generation_tokens: self.generation_tokens.load(Relaxed),
             steps: self.steps.load(Relaxed),
             finished: self.finished.load(Relaxed),
+            spec_proposed: self.spec_proposed.load(Relaxed),
+            spec_accepted: self.spec_accepted.load(Relaxed),
+            spec_verifications: self.spec_verifications.load(Relaxed),
+            spec_steps_on: self.spec_steps_on.load(Relaxed),
+            spec_steps_off: self.spec_steps_off.load(Relaxed),
+            accept_hist: std::array::from_fn(|i| self.accept_hist[i].load(Relaxed)),
         }
     }
 
@@ -93,6 +118,22 @@ impl EngineStats {
 
     pub(crate) fn add_step(&self) {
         self.steps.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn add_verification(&self, proposed: usize, accepted: usize) {
+        self.spec_proposed.fetch_add(proposed as u64, Relaxed);
+        self.spec_accepted.fetch_add(accepted as u64, Relaxed);
+        self.spec_verifications.fetch_add(1, Relaxed);
+        self.accept_hist[accepted.min(ACCEPT_BUCKETS - 1)].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn add_spec_step(&self, on: bool) {
+        let counter = if on {
+            &self.spec_steps_on
+        } else {
+            &self.spec_steps_off
+        };
+        counter.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn add_finished(&self) {

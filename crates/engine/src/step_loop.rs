@@ -3,9 +3,11 @@
 
 use crate::{Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, TokenEvent};
 use kvcache::BlockPool;
+use model::sampler::Sampled;
 use model::sampler::Sampler;
 use model::{LogitsFor, Model, Runner, SeqInput};
 use scheduler::{Scheduler, SchedulerConfig, SeqId, StepPlan};
+use spec::{NgramProposer, Policy, PolicyConfig, Proposer};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
@@ -17,6 +19,15 @@ struct Active {
     events: UnboundedSender<TokenEvent>,
     sampler: Sampler,
     generated: usize,
+    /// Speculative verifications of this request and the tokens they emitted.
+    verifications: usize,
+    verified_tokens: usize,
+}
+
+/// Speculation's state: the policy and the proposer.
+struct Speculation {
+    policy: Policy,
+    proposer: NgramProposer,
 }
 
 pub(crate) struct Engine {
@@ -26,6 +37,7 @@ pub(crate) struct Engine {
     active: HashMap<SeqId, Active>,
     end_of_generation: Vec<u32>,
     stats: Arc<EngineStats>,
+    speculation: Option<Speculation>,
 }
 
 impl Engine {
@@ -41,6 +53,14 @@ impl Engine {
             .expect("start() checked the block size and count");
         let scheduler = Scheduler::new(sched, pool).expect("start() validated the config");
         let runner = Runner::new(&model.config, config.block_size, blocks);
+        let speculation = config.speculative.map(|c| Speculation {
+            policy: Policy::new(PolicyConfig {
+                num_draft_tokens: c.num_draft_tokens,
+                disable_batch_threshold: c.disable_batch_threshold,
+            }),
+            proposer: NgramProposer::new(c.ngram_min_window, c.ngram_max_window)
+                .expect("start() validated the windows"),
+        });
         Self {
             model,
             runner,
@@ -48,6 +68,7 @@ impl Engine {
             active: HashMap::new(),
             end_of_generation,
             stats,
+            speculation,
         }
     }
 
@@ -65,14 +86,15 @@ impl Engine {
                 self.handle(cmd);
             }
             self.drop_abandoned();
-            let plan = self.scheduler.schedule();
+            let mut plan = self.scheduler.schedule();
             self.stats.add_preemptions(plan.preempted.len() as u64);
             self.publish_load();
             if plan.is_empty() {
                 self.fail_unrunnable();
                 continue;
             }
-            self.step(&plan);
+            let drafts = self.propose(&mut plan);
+            self.step(&plan, drafts);
         }
     }
 
@@ -93,6 +115,8 @@ impl Engine {
                         events,
                         sampler,
                         generated: 0,
+                        verifications: 0,
+                        verified_tokens: 0,
                     },
                 );
             }
@@ -156,8 +180,48 @@ impl Engine {
         );
     }
 
-    /// One forward pass over the plan, then sampling for the sequences that asked for logits.
-    fn step(&mut self, plan: &StepPlan) {
+    /// Drafts for the plan's decoding sequences, as the policy allows; each accepted into the
+    /// plan by the scheduler (KV slots reserved) is returned with its sequence.
+    fn propose(&mut self, plan: &mut StepPlan) -> HashMap<SeqId, Vec<u32>> {
+        let mut out = HashMap::new();
+        let Some(spec) = self.speculation.as_mut() else {
+            return out;
+        };
+        let per_sequence = spec
+            .policy
+            .drafts_per_sequence(self.scheduler.running_len());
+        let decoding: Vec<SeqId> = plan
+            .batch
+            .iter()
+            .filter(|b| b.len == 1 && b.logits && b.start > 0)
+            .map(|b| b.id)
+            .collect();
+        if decoding.is_empty() {
+            return out;
+        }
+        for id in decoding {
+            let Some(a) = self.active.get(&id) else {
+                continue;
+            };
+            // Never past max_tokens: the bonus token comes on top of the drafts.
+            let room = a.request.max_tokens.saturating_sub(a.generated + 1);
+            let max = per_sequence.min(room);
+            if max == 0 {
+                continue;
+            }
+            let seq = self.scheduler.get(id).expect("scheduled");
+            let drafts = spec.proposer.propose(seq.tokens(), max);
+            if !drafts.is_empty() && self.scheduler.add_drafts(plan, id, &drafts) {
+                out.insert(id, drafts);
+            }
+        }
+        self.stats.add_spec_step(!out.is_empty());
+        out
+    }
+
+    /// One forward pass over the plan, then sampling (or verifying drafts) for the sequences
+    /// that asked for logits.
+    fn step(&mut self, plan: &StepPlan, mut drafts: HashMap<SeqId, Vec<u32>>) {
         let blocks: Vec<Vec<u32>> = plan
             .batch
             .iter()
@@ -173,7 +237,9 @@ impl Engine {
                     tokens: &seq.tokens()[b.start..b.start + b.len],
                     start_pos: b.start,
                     blocks,
-                    logits: if b.logits {
+                    logits: if drafts.contains_key(&b.id) {
+                        LogitsFor::All
+                    } else if b.logits {
                         LogitsFor::Last
                     } else {
                         LogitsFor::None
@@ -199,43 +265,81 @@ impl Engine {
             if !b.logits {
                 continue;
             }
+            let draft = drafts.remove(&b.id).unwrap_or_default();
             let Some(a) = self.active.get_mut(&b.id) else {
                 continue;
             };
-            let mut row = logits.last(i).to_vec();
-            let sampled = a.sampler.sample(&mut row, a.request.logprobs);
-            a.generated += 1;
-            self.stats.add_generation_tokens(1);
-            let token = sampled.token;
-            let is_stop = (!a.request.ignore_eos && self.end_of_generation.contains(&token))
-                || a.request.stop_token_ids.contains(&token);
-            let _ = a.events.send(TokenEvent::Token {
-                id: token,
-                is_stop,
-                logprob: sampled.logprob,
-                top_logprobs: sampled.top,
-            });
-            let reason = if is_stop {
-                Some(FinishReason::Stop)
-            } else if a.generated >= a.request.max_tokens {
-                Some(FinishReason::Length)
-            } else {
-                None
-            };
-            match reason {
-                Some(reason) => {
-                    let (events, prompt_tokens, completion_tokens) =
-                        (a.events.clone(), a.request.prompt.len(), a.generated);
-                    self.end(b.id);
-                    self.stats.add_finished();
-                    let _ = events.send(TokenEvent::Finished {
-                        reason,
-                        prompt_tokens,
-                        completion_tokens,
-                    });
+            // Row j follows the j-th fed token: verify draft j on it; the row after the last
+            // accepted draft gives one more token of the model's own.
+            let mut emitted: Vec<Sampled> = Vec::with_capacity(draft.len() + 1);
+            let mut accepted = 0;
+            for j in 0..=draft.len() {
+                let mut row = logits.row(i, if draft.is_empty() { 0 } else { j }).to_vec();
+                if j < draft.len() {
+                    let (s, ok) = a.sampler.verify(&mut row, draft[j], a.request.logprobs);
+                    emitted.push(s);
+                    if !ok {
+                        break;
+                    }
+                    accepted += 1;
+                } else {
+                    emitted.push(a.sampler.sample(&mut row, a.request.logprobs));
                 }
-                None => self.scheduler.push_token(b.id, token),
+            }
+            if !draft.is_empty() {
+                a.verifications += 1;
+                a.verified_tokens += emitted.len();
+                self.stats.add_verification(draft.len(), accepted);
+                self.scheduler.resolve_drafts(b.id, accepted);
+            }
+            let last = emitted.last().map(|s| s.token);
+            let mut finished = false;
+            for s in emitted {
+                if self.emit(b.id, s) {
+                    finished = true;
+                    break;
+                }
+            }
+            if !finished && let Some(token) = last {
+                self.scheduler.push_token(b.id, token);
             }
         }
+    }
+
+    /// Sends one generated token; finishes the request if it ends there. True if it did.
+    fn emit(&mut self, id: SeqId, sampled: Sampled) -> bool {
+        let Some(a) = self.active.get_mut(&id) else {
+            return true;
+        };
+        a.generated += 1;
+        self.stats.add_generation_tokens(1);
+        let token = sampled.token;
+        let is_stop = (!a.request.ignore_eos && self.end_of_generation.contains(&token))
+            || a.request.stop_token_ids.contains(&token);
+        let _ = a.events.send(TokenEvent::Token {
+            id: token,
+            is_stop,
+            logprob: sampled.logprob,
+            top_logprobs: sampled.top,
+        });
+        let reason = if is_stop {
+            FinishReason::Stop
+        } else if a.generated >= a.request.max_tokens {
+            FinishReason::Length
+        } else {
+            return false;
+        };
+        let finished = TokenEvent::Finished {
+            reason,
+            prompt_tokens: a.request.prompt.len(),
+            completion_tokens: a.generated,
+            spec_accept_length: (a.verifications > 0)
+                .then(|| a.verified_tokens as f32 / a.verifications as f32),
+        };
+        let events = a.events.clone();
+        self.end(id);
+        self.stats.add_finished();
+        let _ = events.send(finished);
+        true
     }
 }

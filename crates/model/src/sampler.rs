@@ -174,6 +174,13 @@ impl Sampler {
     /// (its logit is the maximum), so min-p is a fixed threshold and needs no sort; top-p sorts
     /// only as many of the most likely tokens as it takes to reach `top_p`.
     fn draw(&mut self, logits: &[f32]) -> u32 {
+        let total = self.candidates(logits);
+        self.pick(total, None)
+    }
+
+    /// Fills `probs` with the tokens the filters keep and their unnormalised weights; returns
+    /// the weights' sum.
+    fn candidates(&mut self, logits: &[f32]) -> f32 {
         let p = &self.params;
         let inv_t = 1.0 / p.temperature;
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -216,15 +223,72 @@ impl Sampler {
             }
             self.probs.truncate(keep);
         }
-        let total: f32 = self.probs.iter().map(|&(_, q)| q).sum();
+        self.probs.iter().map(|&(_, q)| q).sum()
+    }
+
+    /// Draws from `probs` (weights summing to `total`), leaving out `skip`.
+    fn pick(&mut self, total: f32, skip: Option<u32>) -> u32 {
         let mut r = self.next_uniform() * total;
-        for &(t, q) in &self.probs {
+        let mut last = None;
+        for &(t, q) in self.probs.iter().filter(|&&(t, _)| Some(t) != skip) {
             if r < q {
                 return t;
             }
             r -= q;
+            last = Some(t);
         }
-        self.probs.last().map_or(0, |&(t, _)| t)
+        last.or(skip).unwrap_or(0)
+    }
+
+    /// Speculative verification of one draft token: the token this position emits, and whether
+    /// it is the draft. Greedy: the draft is accepted when it is the argmax. Sampling: accepted
+    /// with the probability the target gives it; on rejection the token comes from the target's
+    /// distribution without the draft (rejection sampling with a deterministic draft), so the
+    /// emitted token is distributed exactly as [`Sampler::sample`]'s. Records the token like
+    /// `sample` does, so penalties see the same history.
+    pub fn verify(
+        &mut self,
+        logits: &mut [f32],
+        draft: u32,
+        logprobs: Option<usize>,
+    ) -> (Sampled, bool) {
+        if self.params.temperature < MIN_TEMPERATURE {
+            let s = self.sample(logits, logprobs);
+            let accepted = s.token == draft;
+            return (s, accepted);
+        }
+        self.apply_penalties(logits);
+        let total = self.candidates(logits);
+        let q = self
+            .probs
+            .iter()
+            .find(|&&(t, _)| t == draft)
+            .map_or(0.0, |&(_, q)| q);
+        let accepted = self.next_uniform() * total < q;
+        let token = if accepted {
+            draft
+        } else if q >= total {
+            // The draft was the only candidate (rounding): it is the token after all.
+            draft
+        } else {
+            self.pick(total - q, Some(draft))
+        };
+        *self.output_counts.entry(token).or_insert(0) += 1;
+        let (top, logprob) = match logprobs {
+            Some(n) => {
+                let (top, logprob_of) = log_probs(logits, n);
+                (top, Some(logprob_of(logits[token as usize])))
+            }
+            None => (Vec::new(), None),
+        };
+        (
+            Sampled {
+                token,
+                logprob,
+                top,
+            },
+            token == draft,
+        )
     }
 }
 
@@ -462,5 +526,46 @@ mod tests {
             seen.insert(t);
         }
         assert!(seen.len() > nucleus.len() / 2);
+    }
+
+    #[test]
+    fn verified_tokens_follow_the_target_distribution() {
+        // Target: softmax of [ln 1, ln 2, ln 3, ln 4] = 0.1, 0.2, 0.3, 0.4. Whatever the draft,
+        // the emitted token must have exactly these frequencies.
+        let logits = [1.0f32.ln(), 2.0f32.ln(), 3.0f32.ln(), 4.0f32.ln()];
+        for draft in [0u32, 3] {
+            let mut s = Sampler::new(
+                SamplingParams {
+                    temperature: 1.0,
+                    seed: 11 + u64::from(draft),
+                    ..Default::default()
+                },
+                &[],
+            );
+            let n = 40_000;
+            let mut counts = [0usize; 4];
+            let mut accepted = 0;
+            for _ in 0..n {
+                let (t, ok) = s.verify(&mut logits.clone(), draft, None);
+                counts[t.token as usize] += 1;
+                accepted += usize::from(ok);
+                assert_eq!(ok, t.token == draft);
+            }
+            for (i, &c) in counts.iter().enumerate() {
+                let want = (i + 1) as f64 / 10.0;
+                assert!(
+                    (c as f64 / n as f64 - want).abs() < 0.01,
+                    "draft {draft}: {counts:?}"
+                );
+            }
+            let p_draft = (draft + 1) as f64 / 10.0;
+            assert!((accepted as f64 / n as f64 - p_draft).abs() < 0.01);
+        }
+        // Greedy: accepted exactly when the draft is the argmax.
+        let mut g = Sampler::new(SamplingParams::greedy(), &[]);
+        assert!(g.verify(&mut logits.clone(), 3, None).1);
+        let (t, ok) = g.verify(&mut logits.clone(), 1, None);
+        assert!(!ok);
+        assert_eq!(t.token, 3);
     }
 }

@@ -231,6 +231,37 @@ impl Scheduler {
         }
     }
 
+    /// Adds speculative draft tokens to a decode of the plan: the sequence feeds its last token
+    /// and the drafts in this step (`1 + drafts.len()` rows, all wanting logits). False, and
+    /// nothing changes, if `id` is not decoding in the plan or its KV blocks cannot grow (a draft
+    /// never preempts anyone).
+    pub fn add_drafts(&mut self, plan: &mut StepPlan, id: SeqId, drafts: &[u32]) -> bool {
+        let Some(entry) = plan
+            .batch
+            .iter_mut()
+            .find(|b| b.id == id && b.len == 1 && b.logits)
+        else {
+            return false;
+        };
+        let Some(seq) = self.running.iter_mut().find(|s| s.id == id) else {
+            return false;
+        };
+        if drafts.is_empty() || seq.reserve(&self.pool, 1 + drafts.len()).is_err() {
+            return false;
+        }
+        seq.add_drafts(drafts);
+        entry.len = 1 + drafts.len();
+        true
+    }
+
+    /// After the step that verified `id`'s drafts (and [`Scheduler::commit`]): keeps the first
+    /// `accepted` drafts and drops the rest, their KV slots included.
+    pub fn resolve_drafts(&mut self, id: SeqId, accepted: usize) {
+        if let Some(seq) = self.running_mut(id) {
+            seq.resolve_drafts(accepted);
+        }
+    }
+
     /// Records that the step ran: each scheduled sequence's fed tokens now have their KV.
     pub fn commit(&mut self, plan: &StepPlan) {
         for s in &plan.batch {

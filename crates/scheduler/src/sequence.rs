@@ -14,6 +14,8 @@ pub struct Sequence {
     /// Tokens whose keys and values are in the cache.
     computed: usize,
     table: Option<BlockTable>,
+    /// Draft tokens at the end of `tokens`, being verified this step.
+    drafts: usize,
 }
 
 impl Sequence {
@@ -24,10 +26,11 @@ impl Sequence {
             tokens: prompt,
             computed: 0,
             table: None,
+            drafts: 0,
         }
     }
 
-    /// Prompt then generated tokens.
+    /// Prompt then generated tokens (then, during a speculative step, the drafts).
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
     }
@@ -70,6 +73,24 @@ impl Sequence {
     pub(crate) fn advance(&mut self, len: usize) {
         self.computed += len;
         debug_assert!(self.computed <= self.tokens.len());
+    }
+
+    pub(crate) fn add_drafts(&mut self, drafts: &[u32]) {
+        debug_assert_eq!(self.drafts, 0);
+        self.tokens.extend_from_slice(drafts);
+        self.drafts = drafts.len();
+    }
+
+    /// Keeps `accepted` of the drafts; the rejected ones leave the tokens, the computed count
+    /// and the block table (their KV is garbage).
+    pub(crate) fn resolve_drafts(&mut self, accepted: usize) {
+        let rejected = self.drafts - accepted.min(self.drafts);
+        self.tokens.truncate(self.tokens.len() - rejected);
+        self.computed = self.computed.min(self.tokens.len());
+        if let Some(t) = self.table.as_mut() {
+            t.truncate(self.computed);
+        }
+        self.drafts = 0;
     }
 
     pub(crate) fn push(&mut self, token: u32) {

@@ -216,3 +216,39 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+#[test]
+fn drafts_ride_along_a_decode_and_rejected_ones_leave_no_trace() {
+    let config = SchedulerConfig {
+        max_running: 4,
+        prefill_budget: 64,
+    };
+    let pool = BlockPool::with_blocks(4, 8).unwrap();
+    let mut s = Scheduler::new(config, pool.clone()).unwrap();
+    s.add(SeqId(1), vec![1, 2, 3]);
+    let plan = s.schedule();
+    s.commit(&plan);
+    s.push_token(SeqId(1), 4);
+    let mut plan = s.schedule();
+    assert_eq!(plan.batch[0].len, 1);
+    // Not decoding in this plan: refused.
+    assert!(!s.add_drafts(&mut plan, SeqId(9), &[5]));
+    assert!(s.add_drafts(&mut plan, SeqId(1), &[5, 6, 7]));
+    assert_eq!(plan.batch[0].len, 4);
+    assert_eq!(s.get(SeqId(1)).unwrap().tokens(), [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(pool.used_blocks(), 2); // 7 slots
+    s.commit(&plan);
+    // The target agreed with the first draft only.
+    s.resolve_drafts(SeqId(1), 1);
+    let seq = s.get(SeqId(1)).unwrap();
+    assert_eq!(seq.tokens(), [1, 2, 3, 4, 5]);
+    assert_eq!(seq.computed(), 5);
+    assert_eq!(pool.used_blocks(), 2); // 5 slots still need two blocks
+    s.push_token(SeqId(1), 8);
+    let mut plan = s.schedule();
+    assert_eq!((plan.batch[0].start, plan.batch[0].len), (5, 1));
+    // More drafts than the pool can hold: refused, without preempting anyone.
+    assert!(!s.add_drafts(&mut plan, SeqId(1), &[0; 40]));
+    assert_eq!(plan.batch[0].len, 1);
+    assert_eq!(s.get(SeqId(1)).unwrap().tokens().len(), 6);
+}

@@ -46,6 +46,7 @@ struct Choice {
     first_token: Option<Instant>,
     last_token: Option<Instant>,
     finish: Option<&'static str>,
+    spec_accept_length: Option<f32>,
 }
 
 pub struct Generation {
@@ -115,6 +116,7 @@ impl Generation {
                     first_token: None,
                     last_token: None,
                     finish: None,
+                    spec_accept_length: None,
                 });
                 tokio::spawn(forward(index, stream, merged_tx.clone()));
             }
@@ -137,11 +139,18 @@ impl Generation {
 
     pub fn usage(&self) -> Usage {
         let completion: usize = self.choices.iter().map(|c| c.completion_tokens).sum();
+        let accept: Vec<f64> = self
+            .choices
+            .iter()
+            .filter_map(|c| c.spec_accept_length.map(f64::from))
+            .collect();
         Usage {
             prompt_tokens: self.prompt_tokens as u64,
             completion_tokens: completion as u64,
             total_tokens: (self.prompt_tokens + completion) as u64,
             prompt_tokens_details: None,
+            spec_accept_length: (!accept.is_empty())
+                .then(|| accept.iter().sum::<f64>() / accept.len() as f64),
         }
     }
 
@@ -218,7 +227,12 @@ impl Generation {
                     self.finish_choice(index, "stop");
                 }
             }
-            TokenEvent::Finished { reason, .. } => {
+            TokenEvent::Finished {
+                reason,
+                spec_accept_length,
+                ..
+            } => {
+                choice.spec_accept_length = spec_accept_length;
                 if choice.finish.is_some() {
                     return;
                 }

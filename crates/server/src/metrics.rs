@@ -177,6 +177,66 @@ impl ServerMetrics {
             "counter",
             self.rejected_overload.load(Relaxed) as f64,
         );
+        gauge(
+            "spec_draft_tokens_total",
+            "Speculative draft tokens proposed.",
+            "counter",
+            engine.spec_proposed as f64,
+        );
+        gauge(
+            "spec_accepted_tokens_total",
+            "Speculative draft tokens accepted.",
+            "counter",
+            engine.spec_accepted as f64,
+        );
+        gauge(
+            "spec_verifications_total",
+            "Speculative verifications (one per speculating sequence and step).",
+            "counter",
+            engine.spec_verifications as f64,
+        );
+        let rate = if engine.spec_proposed > 0 {
+            engine.spec_accepted as f64 / engine.spec_proposed as f64
+        } else {
+            0.0
+        };
+        gauge(
+            "spec_acceptance_rate",
+            "Accepted / proposed draft tokens.",
+            "gauge",
+            rate,
+        );
+        gauge(
+            "spec_steps_on_total",
+            "Decode steps in which some sequence speculated.",
+            "counter",
+            engine.spec_steps_on as f64,
+        );
+        gauge(
+            "spec_steps_off_total",
+            "Decode steps with speculation enabled in which none did.",
+            "counter",
+            engine.spec_steps_off as f64,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP specula:spec_accept_length Draft tokens accepted per verification.\n# TYPE specula:spec_accept_length histogram"
+        );
+        let mut cumulative = 0;
+        for (i, n) in engine.accept_hist.iter().enumerate() {
+            cumulative += n;
+            if i + 1 < engine.accept_hist.len() {
+                let _ = writeln!(
+                    out,
+                    "specula:spec_accept_length_bucket{{le=\"{i}\"}} {cumulative}"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "specula:spec_accept_length_bucket{{le=\"+Inf\"}} {cumulative}\nspecula:spec_accept_length_sum {}\nspecula:spec_accept_length_count {}",
+            engine.spec_accepted, engine.spec_verifications
+        );
         let _ = writeln!(
             out,
             "# HELP specula:requests_total Finished requests by outcome.\n# TYPE specula:requests_total counter"

@@ -58,6 +58,22 @@ pub struct ServeArgs {
     /// Seconds to finish in-flight requests after SIGTERM/SIGINT [default: 30].
     #[arg(long)]
     pub shutdown_timeout: Option<u64>,
+    /// Speculative decoding: NONE or NGRAM (STANDALONE, a draft model, is not available yet)
+    /// [default: NONE].
+    #[arg(long)]
+    pub speculative_algorithm: Option<String>,
+    /// Draft tokens a sequence verifies per step at most [default: 8].
+    #[arg(long)]
+    pub speculative_num_draft_tokens: Option<usize>,
+    /// Shortest suffix an n-gram draft matches on [default: 1].
+    #[arg(long)]
+    pub speculative_ngram_min_match_window: Option<usize>,
+    /// Longest suffix an n-gram draft tries first [default: 12].
+    #[arg(long)]
+    pub speculative_ngram_max_match_window: Option<usize>,
+    /// No speculation while more than this many requests run [default: none, always].
+    #[arg(long)]
+    pub speculative_disable_batch_threshold: Option<usize>,
     /// A TOML file with any of these settings.
     #[arg(long)]
     #[serde(skip)]
@@ -81,6 +97,10 @@ pub struct ServeConfig {
     pub log_level: String,
     pub threads: Option<usize>,
     pub shutdown_timeout: u64,
+    /// N-gram speculation, when on.
+    #[serde(skip)]
+    pub speculative: Option<engine::SpecConfig>,
+    pub speculative_algorithm: String,
 }
 
 impl ServeArgs {
@@ -130,7 +150,49 @@ impl ServeArgs {
                 .shutdown_timeout
                 .or(file.shutdown_timeout)
                 .unwrap_or(30),
+            speculative: None,
+            speculative_algorithm: String::new(),
         };
+        let algorithm: spec::Algorithm = self
+            .speculative_algorithm
+            .or(file.speculative_algorithm)
+            .as_deref()
+            .unwrap_or("NONE")
+            .parse()
+            .map_err(|e: String| anyhow!("--speculative-algorithm: {e}"))?;
+        let mut cfg = cfg;
+        cfg.speculative_algorithm = format!("{algorithm:?}").to_uppercase();
+        match algorithm {
+            spec::Algorithm::None => {}
+            spec::Algorithm::Standalone => anyhow::bail!(
+                "--speculative-algorithm STANDALONE (a draft model) is not available yet; use NGRAM"
+            ),
+            spec::Algorithm::Ngram => {
+                let spec = engine::SpecConfig {
+                    num_draft_tokens: self
+                        .speculative_num_draft_tokens
+                        .or(file.speculative_num_draft_tokens)
+                        .unwrap_or(8),
+                    ngram_min_window: self
+                        .speculative_ngram_min_match_window
+                        .or(file.speculative_ngram_min_match_window)
+                        .unwrap_or(1),
+                    ngram_max_window: self
+                        .speculative_ngram_max_match_window
+                        .or(file.speculative_ngram_max_match_window)
+                        .unwrap_or(12),
+                    disable_batch_threshold: self
+                        .speculative_disable_batch_threshold
+                        .or(file.speculative_disable_batch_threshold),
+                };
+                if spec.num_draft_tokens == 0 {
+                    anyhow::bail!("--speculative-num-draft-tokens must be at least 1");
+                }
+                spec::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
+                    .map_err(|e| anyhow!("{e}"))?;
+                cfg.speculative = Some(spec);
+            }
+        }
         if cfg.max_running_requests == 0 {
             anyhow::bail!("--max-running-requests must be at least 1");
         }
@@ -270,6 +332,7 @@ struct EngineSettings {
     max_queued: usize,
     max_total_tokens: usize,
     chunked_prefill_size: usize,
+    speculative: Option<engine::SpecConfig>,
 }
 
 fn cfg_for_engine(cfg: &ServeConfig) -> EngineSettings {
@@ -279,6 +342,7 @@ fn cfg_for_engine(cfg: &ServeConfig) -> EngineSettings {
         max_queued: cfg.max_queued_requests,
         max_total_tokens: cfg.max_total_tokens,
         chunked_prefill_size: cfg.chunked_prefill_size,
+        speculative: cfg.speculative,
     }
 }
 
@@ -314,6 +378,7 @@ fn load(path: &std::path::Path, s: &EngineSettings) -> anyhow::Result<Loaded> {
         chunked_prefill_size: s.chunked_prefill_size,
         context_length,
         block_size: BLOCK_SIZE,
+        speculative: s.speculative,
     };
     let eog = tokenizer.eog_ids().to_vec();
     let engine = engine::start(model, config, eog).context("cannot start the engine")?;

@@ -639,3 +639,64 @@ fn demo_serves_the_model_and_benchmarks_it() {
     assert_eq!(levels.len(), 2, "{stdout}");
     assert!(levels.iter().all(|l| l.contains("ok: 2/2")), "{stdout}");
 }
+
+/// A prompt whose answer repeats much of it: n-gram drafts get accepted.
+fn rewrite_prompt(i: usize) -> String {
+    format!(
+        "Copy this list exactly, one item per line: apple {i}, banana, cherry, dates, elderberry, \
+         figs, grapes, honeydew, kiwi, lemon, mango, nectarine."
+    )
+}
+
+#[tokio::test]
+async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
+    let plain = Server::start(&[]);
+    let spec = Server::start(&[
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-num-draft-tokens",
+        "6",
+    ]);
+    let body = |i: usize, max_tokens: usize| {
+        json!({"messages": [{"role": "user", "content": rewrite_prompt(i)}],
+               "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true})
+    };
+    // One at a time, then eight together with requests joining mid-way.
+    for (i, max_tokens) in [(0, 40), (1, 7)] {
+        let (_, a) = post(&plain.url("/v1/chat/completions"), body(i, max_tokens)).await;
+        let (_, b) = post(&spec.url("/v1/chat/completions"), body(i, max_tokens)).await;
+        assert_eq!(a["choices"][0]["message"], b["choices"][0]["message"]);
+        // max_tokens is exact even when it lands inside an accepted run.
+        assert_eq!(b["usage"]["completion_tokens"], max_tokens);
+        let per_pass = b["usage"]["spec_accept_length"].as_f64().unwrap();
+        assert!(per_pass > 1.0, "{b}");
+    }
+    let run = |url: String| async move {
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let (url, body) = (url.clone(), body(i, 32 + i));
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
+                post(&url, body).await.1["choices"][0]["message"]["content"].clone()
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    };
+    let a = run(plain.url("/v1/chat/completions")).await;
+    let b = run(spec.url("/v1/chat/completions")).await;
+    assert_eq!(a, b);
+    let accepted = metric(&spec, "spec_accepted_tokens_total").await;
+    assert!(accepted > 20.0, "only {accepted} drafts accepted");
+    assert_eq!(metric(&spec, "kv_blocks_used").await, 0.0);
+    // A stop string inside an accepted run still cuts the text there.
+    let mut stop = body(0, 40);
+    stop["stop"] = json!(["cherry"]);
+    let (_, a) = post(&plain.url("/v1/chat/completions"), stop.clone()).await;
+    let (_, b) = post(&spec.url("/v1/chat/completions"), stop).await;
+    assert_eq!(a["choices"][0], b["choices"][0]);
+    assert_eq!(b["choices"][0]["finish_reason"], "stop");
+}

@@ -1,0 +1,46 @@
+//! Speculative decoding's pure parts: proposers guess a sequence's next tokens cheaply, and the
+//! policy decides which sequences speculate in a step and how far. The engine runs the target
+//! model over `[last token, drafts…]` in one batched pass and verifies the drafts with the
+//! sampler (`model::sampler::Sampler::verify`: greedy match, or rejection sampling), so the output
+//! is exactly the model's either way.
+//!
+//! Why verification is cheap: a decode step reads every weight once whatever the number of rows
+//! up to a tile (8 rows here), so while decoding is memory-bound, k extra rows cost little and
+//! each accepted draft saves a whole step. As the batch grows the step becomes compute-bound and
+//! extra rows cost their full price: that is what the policy weighs.
+
+pub mod ngram;
+pub mod policy;
+
+pub use ngram::NgramProposer;
+pub use policy::{Policy, PolicyConfig};
+
+/// The speculative algorithm (SGLang's `--speculative-algorithm` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    None,
+    Ngram,
+    Standalone,
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_uppercase().as_str() {
+            "NONE" => Ok(Self::None),
+            "NGRAM" => Ok(Self::Ngram),
+            "STANDALONE" => Ok(Self::Standalone),
+            other => Err(format!(
+                "unknown speculative algorithm {other}: use NONE, NGRAM or STANDALONE"
+            )),
+        }
+    }
+}
+
+/// Something that guesses a sequence's next tokens.
+pub trait Proposer {
+    /// Up to `max` draft tokens to follow `tokens` (the prompt and output so far); fewer or none
+    /// when it has no good guess.
+    fn propose(&mut self, tokens: &[u32], max: usize) -> Vec<u32>;
+}

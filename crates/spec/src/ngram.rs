@@ -1,0 +1,107 @@
+//! Prompt/output lookup ("n-gram") drafting, as SGLang's NGRAM, vLLM's `ngram` and llama.cpp's
+//! lookup decoding: find the most recent earlier occurrence of the sequence's last n tokens
+//! (n from the max match window down to the min) and propose the tokens that followed it.
+
+use crate::Proposer;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NgramProposer {
+    /// Shortest suffix that counts as a match (`--speculative-ngram-min-match-window`).
+    pub min_window: usize,
+    /// Longest suffix tried first (`--speculative-ngram-max-match-window`).
+    pub max_window: usize,
+}
+
+impl Default for NgramProposer {
+    fn default() -> Self {
+        Self {
+            min_window: 1,
+            max_window: 12,
+        }
+    }
+}
+
+impl NgramProposer {
+    /// Validates the windows.
+    pub fn new(min_window: usize, max_window: usize) -> Result<Self, String> {
+        if min_window == 0 || max_window < min_window {
+            return Err(format!(
+                "n-gram match windows must satisfy 1 ≤ min ({min_window}) ≤ max ({max_window})"
+            ));
+        }
+        Ok(Self {
+            min_window,
+            max_window,
+        })
+    }
+}
+
+impl Proposer for NgramProposer {
+    fn propose(&mut self, tokens: &[u32], max: usize) -> Vec<u32> {
+        let len = tokens.len();
+        if max == 0 || len < 2 {
+            return Vec::new();
+        }
+        // Longest suffix first; for each, the most recent earlier occurrence.
+        for n in (self.min_window..=self.max_window.min(len - 1)).rev() {
+            let suffix = &tokens[len - n..];
+            // Occurrences ending before the suffix itself starts to overlap its end.
+            let found = (0..len - n)
+                .rev()
+                .find(|&start| &tokens[start..start + n] == suffix);
+            if let Some(start) = found {
+                let from = start + n;
+                let to = (from + max).min(len);
+                return tokens[from..to].to_vec();
+            }
+        }
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proposes_what_followed_the_latest_longest_match() {
+        let mut p = NgramProposer::new(1, 4).unwrap();
+        //            0  1  2  3  4  5  6  7  8  9
+        let tokens = [5, 6, 7, 8, 9, 1, 6, 7, 2, 6, 7];
+        // Suffix [6, 7] last seen at 6..8, followed by [2, 6, 7]; [2, 6, 7] has no earlier match.
+        assert_eq!(p.propose(&tokens, 3), [2, 6, 7]);
+        assert_eq!(p.propose(&tokens, 1), [2]);
+        // A copy of a span: the continuation of the first copy.
+        let doc = [10, 11, 12, 13, 14, 15, 99, 10, 11, 12];
+        assert_eq!(p.propose(&doc, 4), [13, 14, 15, 99]);
+    }
+
+    #[test]
+    fn no_match_no_draft_and_windows_are_checked() {
+        let mut p = NgramProposer::new(2, 3).unwrap();
+        assert!(p.propose(&[1, 2, 3, 4], 5).is_empty());
+        assert!(p.propose(&[1], 5).is_empty());
+        assert!(p.propose(&[1, 2, 1, 2], 0).is_empty());
+        assert!(NgramProposer::new(0, 3).is_err());
+        assert!(NgramProposer::new(4, 3).is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever it proposes continues an earlier occurrence of the sequence's suffix.
+        #[test]
+        fn drafts_copy_an_earlier_continuation(
+            tokens in proptest::collection::vec(0u32..4, 0..60),
+            max in 0usize..8,
+        ) {
+            let mut p = NgramProposer::new(1, 5).unwrap();
+            let draft = p.propose(&tokens, max);
+            proptest::prop_assert!(draft.len() <= max);
+            if !draft.is_empty() {
+                let found = (1..tokens.len()).any(|start| {
+                    tokens[start..].starts_with(&draft) && tokens[start - 1] == *tokens.last().unwrap()
+                });
+                proptest::prop_assert!(found);
+            }
+        }
+    }
+}

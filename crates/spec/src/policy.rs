@@ -1,0 +1,57 @@
+//! When to speculate and how far. Fixed rule (SGLang's): every decoding sequence gets up to
+//! `num_draft_tokens` drafts, unless more than `disable_batch_threshold` sequences are running,
+//! when nobody speculates (at large batches the step is compute-bound and extra rows cost their
+//! full price).
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyConfig {
+    /// Most draft tokens a sequence verifies per step (`--speculative-num-draft-tokens`).
+    pub num_draft_tokens: usize,
+    /// No speculation while more than this many sequences run
+    /// (`--speculative-disable-batch-threshold`); `None`: always speculate.
+    pub disable_batch_threshold: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    config: PolicyConfig,
+}
+
+impl Policy {
+    pub fn new(config: PolicyConfig) -> Self {
+        Self { config }
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// Drafts each decoding sequence may verify this step, with `running` sequences running.
+    pub fn drafts_per_sequence(&self, running: usize) -> usize {
+        match self.config.disable_batch_threshold {
+            Some(limit) if running > limit => 0,
+            _ => self.config.num_draft_tokens,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_threshold_switches_speculation_off() {
+        let p = Policy::new(PolicyConfig {
+            num_draft_tokens: 5,
+            disable_batch_threshold: Some(4),
+        });
+        assert_eq!(p.drafts_per_sequence(1), 5);
+        assert_eq!(p.drafts_per_sequence(4), 5);
+        assert_eq!(p.drafts_per_sequence(5), 0);
+        let always = Policy::new(PolicyConfig {
+            num_draft_tokens: 3,
+            disable_batch_threshold: None,
+        });
+        assert_eq!(always.drafts_per_sequence(500), 3);
+    }
+}
