@@ -28,6 +28,8 @@ impl Endpoint {
 pub enum DatasetSpec {
     /// The built-in set of realistic chat prompts.
     Synthetic,
+    /// Built-in requests whose answer repeats much of the prompt (rewrite, copy, extract).
+    Rewrite,
     /// Random words, about this many tokens per prompt.
     Random { input_tokens: usize },
     /// The ShareGPT V3 file SGLang's and vLLM's benchmarks use (fetched by the CLI).
@@ -37,10 +39,11 @@ pub enum DatasetSpec {
 }
 
 impl DatasetSpec {
-    /// Parses `synthetic`, `random:N`, `sharegpt` or a file path.
+    /// Parses `synthetic`, `rewrite`, `random:N`, `sharegpt` or a file path.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "synthetic" => Ok(Self::Synthetic),
+            "rewrite" => Ok(Self::Rewrite),
             "sharegpt" => Ok(Self::ShareGpt),
             _ => match s.strip_prefix("random:") {
                 Some(n) => match n.parse::<usize>() {

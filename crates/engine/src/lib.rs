@@ -45,6 +45,9 @@ pub struct SpecConfig {
     pub ngram_max_window: usize,
     /// `--speculative-disable-batch-threshold`: no speculation while more run.
     pub disable_batch_threshold: Option<usize>,
+    /// `--speculative-adaptive`: drafts per sequence and step from the cost model and each
+    /// sequence's acceptance (see `spec::adaptive`) instead of the fixed rule.
+    pub adaptive: bool,
 }
 
 impl EngineConfig {

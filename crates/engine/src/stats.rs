@@ -23,13 +23,16 @@ pub struct EngineStats {
     spec_steps_off: AtomicU64,
     /// Verifications by drafts accepted (the last bucket counts that many or more).
     accept_hist: [AtomicU64; ACCEPT_BUCKETS],
+    /// The adaptive policy's step-cost fit, f64 bits: seconds per step and per work unit.
+    cost_a: AtomicU64,
+    cost_b: AtomicU64,
 }
 
 /// Buckets of the accepted-drafts histogram: 0, 1, …, 15, and 16 or more.
 pub const ACCEPT_BUCKETS: usize = 17;
 
 /// A copy of the statistics at one moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct StatsSnapshot {
     /// Admitted and not yet finished (running, queued, or on their way to the engine).
     pub in_flight: usize,
@@ -54,6 +57,9 @@ pub struct StatsSnapshot {
     pub spec_steps_on: u64,
     pub spec_steps_off: u64,
     pub accept_hist: [u64; ACCEPT_BUCKETS],
+    /// The adaptive policy's fit of step time, `a + b·work` seconds (0 without it).
+    pub step_cost_a: f64,
+    pub step_cost_b: f64,
 }
 
 impl EngineStats {
@@ -76,6 +82,8 @@ impl EngineStats {
             spec_steps_on: self.spec_steps_on.load(Relaxed),
             spec_steps_off: self.spec_steps_off.load(Relaxed),
             accept_hist: std::array::from_fn(|i| self.accept_hist[i].load(Relaxed)),
+            step_cost_a: f64::from_bits(self.cost_a.load(Relaxed)),
+            step_cost_b: f64::from_bits(self.cost_b.load(Relaxed)),
         }
     }
 
@@ -125,6 +133,11 @@ impl EngineStats {
         self.spec_accepted.fetch_add(accepted as u64, Relaxed);
         self.spec_verifications.fetch_add(1, Relaxed);
         self.accept_hist[accepted.min(ACCEPT_BUCKETS - 1)].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn set_step_cost(&self, a: f64, b: f64) {
+        self.cost_a.store(a.to_bits(), Relaxed);
+        self.cost_b.store(b.to_bits(), Relaxed);
     }
 
     pub(crate) fn add_spec_step(&self, on: bool) {

@@ -7,10 +7,11 @@ use model::sampler::Sampled;
 use model::sampler::Sampler;
 use model::{LogitsFor, Model, Runner, SeqInput};
 use scheduler::{Scheduler, SchedulerConfig, SeqId, StepPlan};
-use spec::{NgramProposer, Policy, PolicyConfig, Proposer};
+use spec::{Acceptance, CostModel, NgramProposer, Policy, PolicyConfig, Proposer};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
+use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// A request the engine is working on.
@@ -22,12 +23,40 @@ struct Active {
     /// Speculative verifications of this request and the tokens they emitted.
     verifications: usize,
     verified_tokens: usize,
+    acceptance: Acceptance,
 }
 
-/// Speculation's state: the policy and the proposer.
+/// Speculation's state: the policy, the proposer, and (adaptive) the step cost model.
 struct Speculation {
     policy: Policy,
     proposer: NgramProposer,
+    adaptive: bool,
+    cost: CostModel,
+    /// Work of a row that needs logits, relative to one that does not (1 + κ).
+    logit_work: f64,
+}
+
+/// κ: the output head's multiply-adds per row relative to all layers' (see `spec::adaptive`).
+fn logits_weight(c: &model::ModelConfig) -> f64 {
+    let q = c.n_heads * c.head_dim;
+    let per_layer = c.hidden * (q + 2 * c.kv_dim()) + q * c.hidden + 3 * c.hidden * c.ffn_hidden;
+    (c.vocab_size * c.hidden) as f64 / (c.n_layers * per_layer) as f64
+}
+
+/// A plan's work: rows, plus κ for each row that needs logits (every row of a sequence with
+/// drafts; the last row of others that want logits).
+fn plan_work(plan: &StepPlan, kappa: f64, drafted: &HashMap<SeqId, Vec<u32>>) -> f64 {
+    plan.batch
+        .iter()
+        .map(|b| {
+            let logit_rows = if drafted.contains_key(&b.id) {
+                b.len
+            } else {
+                usize::from(b.logits)
+            };
+            b.len as f64 + kappa * logit_rows as f64
+        })
+        .sum()
 }
 
 pub(crate) struct Engine {
@@ -60,6 +89,9 @@ impl Engine {
             }),
             proposer: NgramProposer::new(c.ngram_min_window, c.ngram_max_window)
                 .expect("start() validated the windows"),
+            adaptive: c.adaptive,
+            cost: CostModel::default(),
+            logit_work: 1.0 + logits_weight(&model.config),
         });
         Self {
             model,
@@ -117,6 +149,7 @@ impl Engine {
                         generated: 0,
                         verifications: 0,
                         verified_tokens: 0,
+                        acceptance: Acceptance::default(),
                     },
                 );
             }
@@ -187,9 +220,12 @@ impl Engine {
         let Some(spec) = self.speculation.as_mut() else {
             return out;
         };
-        let per_sequence = spec
-            .policy
-            .drafts_per_sequence(self.scheduler.running_len());
+        let per_sequence = if spec.adaptive {
+            spec.policy.config().num_draft_tokens
+        } else {
+            spec.policy
+                .drafts_per_sequence(self.scheduler.running_len())
+        };
         let decoding: Vec<SeqId> = plan
             .batch
             .iter()
@@ -199,7 +235,8 @@ impl Engine {
         if decoding.is_empty() {
             return out;
         }
-        for id in decoding {
+        let mut candidates: Vec<(SeqId, Vec<u32>, f64)> = Vec::new();
+        for &id in &decoding {
             let Some(a) = self.active.get(&id) else {
                 continue;
             };
@@ -211,8 +248,36 @@ impl Engine {
             }
             let seq = self.scheduler.get(id).expect("scheduled");
             let drafts = spec.proposer.propose(seq.tokens(), max);
+            if !drafts.is_empty() {
+                candidates.push((id, drafts, a.acceptance.alpha()));
+            }
+        }
+        if spec.adaptive {
+            let shape: Vec<(f64, usize)> = candidates
+                .iter()
+                .map(|(_, d, alpha)| (*alpha, d.len()))
+                .collect();
+            let work = plan_work(plan, spec.logit_work - 1.0, &HashMap::new());
+            let ks = spec::adaptive::allocate(
+                &spec.cost,
+                work,
+                spec.logit_work,
+                decoding.len() as f64,
+                &shape,
+            );
+            for ((_, drafts, _), k) in candidates.iter_mut().zip(ks) {
+                drafts.truncate(k);
+            }
+        }
+        for (id, drafts, _) in candidates {
             if !drafts.is_empty() && self.scheduler.add_drafts(plan, id, &drafts) {
                 out.insert(id, drafts);
+            }
+        }
+        // Sequences that did not speculate drift back towards trying again.
+        for id in decoding.iter().filter(|id| !out.contains_key(id)) {
+            if let Some(a) = self.active.get_mut(id) {
+                a.acceptance.decay();
             }
         }
         self.stats.add_spec_step(!out.is_empty());
@@ -247,7 +312,16 @@ impl Engine {
                 }
             })
             .collect();
+        let started = Instant::now();
         let result = self.runner.forward(&self.model, &inputs);
+        if let Some(spec) = self.speculation.as_mut() {
+            let work = plan_work(plan, spec.logit_work - 1.0, &drafts);
+            spec.cost.observe(work, started.elapsed().as_secs_f64());
+            if spec.adaptive {
+                let (a, b) = spec.cost.coefficients();
+                self.stats.set_step_cost(a, b);
+            }
+        }
         drop(inputs);
         let logits = match result {
             Ok(l) => l,
@@ -289,6 +363,7 @@ impl Engine {
             if !draft.is_empty() {
                 a.verifications += 1;
                 a.verified_tokens += emitted.len();
+                a.acceptance.record(draft.len(), accepted);
                 self.stats.add_verification(draft.len(), accepted);
                 self.scheduler.resolve_drafts(b.id, accepted);
             }

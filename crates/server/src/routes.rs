@@ -594,6 +594,16 @@ async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
             "generation_tokens": s.generation_tokens,
             "steps": s.steps,
             "finished": s.finished,
+        },
+        "speculative": {
+            "draft_tokens": s.spec_proposed,
+            "accepted_tokens": s.spec_accepted,
+            "verifications": s.spec_verifications,
+            "acceptance_rate": if s.spec_proposed > 0 { s.spec_accepted as f64 / s.spec_proposed as f64 } else { 0.0 },
+            "accept_length": if s.spec_verifications > 0 { 1.0 + s.spec_accepted as f64 / s.spec_verifications as f64 } else { 0.0 },
+            "steps_on": s.spec_steps_on,
+            "steps_off": s.spec_steps_off,
+            "step_cost_ms": {"a": s.step_cost_a * 1e3, "b_per_row": s.step_cost_b * 1e3},
         }
     }))
 }

@@ -9,9 +9,11 @@
 //! each accepted draft saves a whole step. As the batch grows the step becomes compute-bound and
 //! extra rows cost their full price: that is what the policy weighs.
 
+pub mod adaptive;
 pub mod ngram;
 pub mod policy;
 
+pub use adaptive::{Acceptance, CostModel};
 pub use ngram::NgramProposer;
 pub use policy::{Policy, PolicyConfig};
 

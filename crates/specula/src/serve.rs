@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// No speculation while more than this many requests run [default: none, always].
     #[arg(long)]
     pub speculative_disable_batch_threshold: Option<usize>,
+    /// Drafts per sequence and step chosen from the measured step cost and each request's
+    /// acceptance, instead of always the most.
+    #[arg(long)]
+    pub speculative_adaptive: bool,
     /// A TOML file with any of these settings.
     #[arg(long)]
     #[serde(skip)]
@@ -184,6 +188,7 @@ impl ServeArgs {
                     disable_batch_threshold: self
                         .speculative_disable_batch_threshold
                         .or(file.speculative_disable_batch_threshold),
+                    adaptive: self.speculative_adaptive || file.speculative_adaptive,
                 };
                 if spec.num_draft_tokens == 0 {
                     anyhow::bail!("--speculative-num-draft-tokens must be at least 1");

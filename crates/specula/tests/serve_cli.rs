@@ -689,6 +689,11 @@ async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
     let a = run(plain.url("/v1/chat/completions")).await;
     let b = run(spec.url("/v1/chat/completions")).await;
     assert_eq!(a, b);
+    // The adaptive policy changes how many drafts are verified, never the output.
+    let adaptive = Server::start(&["--speculative-algorithm", "NGRAM", "--speculative-adaptive"]);
+    let c = run(adaptive.url("/v1/chat/completions")).await;
+    assert_eq!(a, c);
+    drop(adaptive);
     let accepted = metric(&spec, "spec_accepted_tokens_total").await;
     assert!(accepted > 20.0, "only {accepted} drafts accepted");
     assert_eq!(metric(&spec, "kv_blocks_used").await, 0.0);
@@ -781,7 +786,9 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
                 let (status, v) = t.await.unwrap();
                 assert_eq!(status, 200, "{v}");
                 for c in v["choices"].as_array().unwrap() {
-                    *counts.entry(c["text"].as_str().unwrap().to_string()).or_default() += 1;
+                    *counts
+                        .entry(c["text"].as_str().unwrap().to_string())
+                        .or_default() += 1;
                 }
             }
         }
@@ -796,14 +803,20 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
         "rejections must happen too"
     );
     // Homogeneity test over the outcomes seen at least 10 times in all; the rest pooled.
-    let (na, nb) = (a.values().sum::<usize>() as f64, b.values().sum::<usize>() as f64);
+    let (na, nb) = (
+        a.values().sum::<usize>() as f64,
+        b.values().sum::<usize>() as f64,
+    );
     let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
     keys.sort();
     keys.dedup();
     let mut cells: Vec<(f64, f64)> = Vec::new();
     let mut other = (0.0, 0.0);
     for k in keys {
-        let (x, y) = (*a.get(k).unwrap_or(&0) as f64, *b.get(k).unwrap_or(&0) as f64);
+        let (x, y) = (
+            *a.get(k).unwrap_or(&0) as f64,
+            *b.get(k).unwrap_or(&0) as f64,
+        );
         if x + y >= 10.0 {
             cells.push((x, y));
         } else {
@@ -825,5 +838,9 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
         })
         .sum();
     let p = chi2_upper_tail(stat, (cells.len() - 1) as f64);
-    assert!(p > 0.01, "χ² = {stat:.1} over {} cells: p = {p:.4}", cells.len());
+    assert!(
+        p > 0.01,
+        "χ² = {stat:.1} over {} cells: p = {p:.4}",
+        cells.len()
+    );
 }

@@ -3,6 +3,7 @@
 mod arrivals;
 mod file;
 mod random;
+mod rewrite;
 mod synthetic;
 
 pub use arrivals::poisson_offsets;
@@ -81,6 +82,7 @@ impl Dataset {
     pub fn load(spec: &DatasetSpec, seed: u64, min_prompts: usize) -> Result<Self, WorkloadError> {
         let (name, mut prompts, notes) = match spec {
             DatasetSpec::Synthetic => ("synthetic".to_string(), synthetic::prompts(), Vec::new()),
+            DatasetSpec::Rewrite => ("rewrite".to_string(), rewrite::prompts(), Vec::new()),
             DatasetSpec::Random { input_tokens } => (
                 format!("random:{input_tokens}"),
                 random::prompts(*input_tokens, min_prompts.max(1), seed),
@@ -130,6 +132,13 @@ mod tests {
             lens[lens.len() - 1] > 8 * lens[0],
             "lengths should vary a lot"
         );
+    }
+
+    #[test]
+    fn rewrite_prompts_carry_the_text_to_repeat() {
+        let d = Dataset::load(&DatasetSpec::Rewrite, 1, 0).unwrap();
+        assert_eq!(d.prompts.len(), 36);
+        assert!(d.prompts.iter().all(|p| p.text().len() > 150));
     }
 
     #[test]

@@ -1,0 +1,210 @@
+//! Adaptive speculation (`--speculative-adaptive`): per step, give each decoding sequence the
+//! number of drafts that maximises the whole batch's expected tokens per second.
+//!
+//! The model:
+//! - A step of work `w` takes `T(w) = a + b·w` seconds, fitted online by least squares over recent
+//!   steps (exponential forgetting), so it follows the machine and the load. `w` counts rows
+//!   (tokens in the batch) plus `κ` per row that needs logits, `κ` being the output head's size
+//!   relative to the layers' (0.27 for SmolLM2-135M): a draft row needs logits, a prompt row
+//!   mostly does not. While decoding is memory-bound, `b` is small next to `a`; at large batches
+//!   rows cost their full compute.
+//! - Sequence i accepts each successive draft with probability `αᵢ` (a Beta-style running
+//!   estimate of its acceptance; it decays back towards the prior when the sequence does not
+//!   speculate, so a sequence that stopped paying is tried again later). With `k` drafts it
+//!   emits `1 + α + α² + … + αᵏ` tokens on average: the `j`-th draft adds `αʲ`.
+//! - The batch emits `E` tokens (one per decoding sequence, plus accepted drafts) in `T(n)`. One
+//!   more draft row adds `αᵢ^(kᵢ+1)` to `E` and `b` to `T`, which raises `E/T` exactly when
+//!   `αᵢ^(kᵢ+1) > b·E/T`. Drafts are granted greedily, the largest gain first, while that holds.
+//!
+//! So speculation fades out smoothly as the batch grows (`E/T` grows, gains shrink) instead of
+//! falling off a fixed threshold, and sequences whose drafts are rarely accepted stop paying
+//! for them.
+
+/// Online least-squares fit of step time against rows in the step.
+#[derive(Debug, Clone)]
+pub struct CostModel {
+    /// Decayed sums: weight, n, t, n², n·t.
+    s: [f64; 5],
+    forget: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self {
+            s: [0.0; 5],
+            forget: 0.995,
+        }
+    }
+}
+
+/// Before the fit has seen enough different batch sizes: 5 ms a step plus 1 ms a row.
+const PRIOR: (f64, f64) = (0.005, 0.001);
+
+impl CostModel {
+    /// A step of `work` units took `seconds`.
+    pub fn observe(&mut self, work: f64, seconds: f64) {
+        let n = work;
+        for v in &mut self.s {
+            *v *= self.forget;
+        }
+        self.s[0] += 1.0;
+        self.s[1] += n;
+        self.s[2] += seconds;
+        self.s[3] += n * n;
+        self.s[4] += n * seconds;
+    }
+
+    /// `(a, b)` of `T(n) = a + b·n`.
+    pub fn coefficients(&self) -> (f64, f64) {
+        let [w, sn, st, snn, snt] = self.s;
+        let var = w * snn - sn * sn;
+        // Too few steps, or all of one size: no slope can be told apart.
+        if w < 8.0 || var <= 1e-9 * w * w {
+            return PRIOR;
+        }
+        let b = (w * snt - sn * st) / var;
+        let a = (st - b * sn) / w;
+        // A slope at or below zero would grant unlimited drafts; time cannot fall with rows.
+        (a.max(1e-4), b.max(1e-5))
+    }
+
+    pub fn predict(&self, work: f64) -> f64 {
+        let (a, b) = self.coefficients();
+        a + b * work
+    }
+}
+
+/// One sequence's running estimate of the chance its next draft is accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct Acceptance {
+    accepted: f64,
+    rejected: f64,
+}
+
+/// The prior: one accepted draft and two rejections (α = ⅓), so a new request tries a draft or
+/// two while steps are cheap and earns more by being right.
+const PRIOR_ACCEPTED: f64 = 1.0;
+const PRIOR_REJECTED: f64 = 2.0;
+
+impl Default for Acceptance {
+    fn default() -> Self {
+        Self {
+            accepted: PRIOR_ACCEPTED,
+            rejected: PRIOR_REJECTED,
+        }
+    }
+}
+
+impl Acceptance {
+    /// After verifying `proposed` drafts of which the first `accepted` were taken.
+    pub fn record(&mut self, proposed: usize, accepted: usize) {
+        self.accepted = self.accepted * 0.9 + accepted as f64;
+        self.rejected = self.rejected * 0.9 + f64::from(u8::from(accepted < proposed));
+    }
+
+    /// A step without speculation: the evidence fades towards the prior, slowly (a sequence
+    /// that stopped paying is retried after a hundred steps or so).
+    pub fn decay(&mut self) {
+        self.accepted = PRIOR_ACCEPTED + (self.accepted - PRIOR_ACCEPTED) * 0.99;
+        self.rejected = PRIOR_REJECTED + (self.rejected - PRIOR_REJECTED) * 0.99;
+    }
+
+    pub fn alpha(&self) -> f64 {
+        self.accepted / (self.accepted + self.rejected)
+    }
+}
+
+/// Drafts per candidate sequence. `work`: the step's work without drafts; `draft_work`: what one
+/// draft row adds (1 + κ); `tokens`: tokens the step emits without drafts (its decoding
+/// sequences); `candidates`: each candidate's acceptance estimate and the most drafts it can take.
+pub fn allocate(
+    cost: &CostModel,
+    work: f64,
+    draft_work: f64,
+    tokens: f64,
+    candidates: &[(f64, usize)],
+) -> Vec<usize> {
+    let (_, b) = cost.coefficients();
+    let b = b * draft_work;
+    let mut ks = vec![0usize; candidates.len()];
+    let mut e = tokens.max(1.0);
+    let mut t = cost.predict(work);
+    loop {
+        // The best next draft: the largest αᵢ^(kᵢ+1) among sequences with room.
+        let best = candidates
+            .iter()
+            .enumerate()
+            .filter(|&(i, &(_, max))| ks[i] < max)
+            .map(|(i, &(alpha, _))| (i, alpha.powi(ks[i] as i32 + 1)))
+            .max_by(|x, y| x.1.total_cmp(&y.1));
+        let Some((i, gain)) = best else { break };
+        if gain <= b * e / t {
+            break;
+        }
+        ks[i] += 1;
+        e += gain;
+        t += b;
+    }
+    ks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fitted(a: f64, b: f64) -> CostModel {
+        let mut c = CostModel::default();
+        for i in 0..200 {
+            let n = 1 + i % 40;
+            c.observe(n as f64, a + b * n as f64);
+        }
+        c
+    }
+
+    #[test]
+    fn the_cost_fit_recovers_a_line() {
+        let c = fitted(0.004, 0.0012);
+        let (a, b) = c.coefficients();
+        assert!(
+            (a - 0.004).abs() < 1e-6 && (b - 0.0012).abs() < 1e-7,
+            "{a} {b}"
+        );
+        assert_eq!(CostModel::default().coefficients(), PRIOR);
+    }
+
+    #[test]
+    fn drafts_follow_acceptance_and_fade_with_the_batch() {
+        let c = fitted(0.004, 0.0012);
+        // One sequence that accepts 90% of drafts: several drafts; one at 10%: none.
+        let w = 1.27; // a draft row with its logits
+        assert!(allocate(&c, w, w, 1.0, &[(0.9, 8)])[0] >= 4);
+        assert_eq!(allocate(&c, w, w, 1.0, &[(0.1, 8)]), [0]);
+        // The same good sequence in a batch of 60 decodes gets fewer or none.
+        let alone = allocate(&c, w, w, 1.0, &[(0.7, 8)])[0];
+        let crowded = allocate(&c, 60.0 * w, w, 60.0, &[(0.7, 8)])[0];
+        assert!(crowded < alone, "{crowded} vs {alone}");
+        // The better sequence is served first.
+        let ks = allocate(&c, 2.0 * w, w, 2.0, &[(0.3, 8), (0.95, 8)]);
+        assert!(ks[1] > ks[0]);
+        // Never more than a sequence can take.
+        assert!(allocate(&c, w, w, 1.0, &[(0.99, 3)])[0] <= 3);
+    }
+
+    #[test]
+    fn acceptance_learns_and_forgets() {
+        let mut a = Acceptance::default();
+        for _ in 0..20 {
+            a.record(8, 8);
+        }
+        assert!(a.alpha() > 0.9);
+        for _ in 0..60 {
+            a.record(8, 0);
+        }
+        assert!(a.alpha() < 0.2);
+        let low = a.alpha();
+        for _ in 0..400 {
+            a.decay();
+        }
+        assert!(a.alpha() > low + 0.1, "decays back towards the prior");
+    }
+}
