@@ -1,49 +1,66 @@
 #!/usr/bin/env bash
-# Speculative decoding, measured: the same `specula bench` sweep against `specula serve` without
-# speculation (the baseline) and with it (the candidate), one after the other on this machine,
-# then `specula bench compare`.
+# Speculative decoding, measured: `specula serve` without speculation (the baseline) and with it
+# (the candidate), both running at once on two loopback ports, and the `specula bench` levels run
+# alternately (level 1 on the baseline, level 1 on the candidate, level 2 on the baseline, ...),
+# so slow drifts of a shared machine hit both alike. Then `specula bench compare`.
 #
-# Usage: scripts/bench-spec.sh [extra specula bench flags, e.g. --dataset rewrite]
+# Usage: scripts/bench-spec.sh [specula bench flags, e.g. --dataset rewrite]
 # Environment: SPEC ("--speculative-algorithm NGRAM", the candidate's serve flags), NAME (ngram:
-#              the candidate's result stem), THREADS (2), PORT (30000), OUT_DIR (target/bench-results)
+#              the candidate's result stem), LEVELS (1,2,5,10,30,70,100,250), THREADS (2),
+#              PORT (30000; the candidate uses PORT+1), OUT_DIR (target/bench-results)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SPEC="${SPEC:---speculative-algorithm NGRAM}"
 NAME="${NAME:-ngram}"
+LEVELS="${LEVELS:-1,2,5,10,30,70,100,250}"
 THREADS="${THREADS:-2}"
 PORT="${PORT:-30000}"
 OUT_DIR="${OUT_DIR:-target/bench-results}"
-mkdir -p "$OUT_DIR"
+mkdir -p "$OUT_DIR/levels"
 model=$(scripts/fetch-model.sh | tail -n1)
 cargo build --release --quiet
 
-# run_sweep STEM [serve flags...] -- [bench flags...]
-run_sweep() {
-    local stem=$1
-    shift
-    local serve_flags=()
-    while [ "$1" != "--" ]; do serve_flags+=("$1"); shift; done
-    shift
-    local log="$OUT_DIR/$stem.server.log"
-    target/release/specula serve --model-path "$model" --host 127.0.0.1 --port "$PORT" \
-        --threads "$THREADS" "${serve_flags[@]}" >"$log" 2>&1 &
-    local server=$!
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+start_server() { # PORT LOG [flags...]
+    local port=$1 log=$2
+    shift 2
+    target/release/specula serve --model-path "$model" --host 127.0.0.1 --port "$port" \
+        --threads "$THREADS" "$@" >"$log" 2>&1 &
+    pids+=($!)
     for _ in $(seq 1 300); do
-        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-        kill -0 $server 2>/dev/null || { echo "specula serve exited; see $log" >&2; exit 1; }
+        curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
         sleep 0.5
     done
-    echo "== $stem: specula serve ${serve_flags[*]}"
-    target/release/specula bench --base-url "http://127.0.0.1:$PORT" \
-        --output "$OUT_DIR/$stem.json" "$@"
-    curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^specula:spec_(draft|accepted|acceptance|steps)' || true
-    kill $server
-    wait $server 2>/dev/null || true
+    echo "specula serve on port $port did not start; see $log" >&2
+    exit 1
 }
-
+start_server "$PORT" "$OUT_DIR/baseline.server.log"
 # shellcheck disable=SC2086 # SPEC is a list of flags
-run_sweep baseline -- "$@"
-# shellcheck disable=SC2086
-run_sweep "$NAME" $SPEC -- "$@"
+start_server $((PORT + 1)) "$OUT_DIR/$NAME.server.log" $SPEC
+
+IFS=, read -r -a levels <<<"$LEVELS"
+for level in "${levels[@]}"; do
+    for side in baseline "$NAME"; do
+        port=$PORT
+        [ "$side" = baseline ] || port=$((PORT + 1))
+        echo "== $side, C=$level"
+        target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
+            --output "$OUT_DIR/levels/$side.$level.json" "$@" | grep -E "C=" || true
+    done
+done
+curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | grep -E '^specula:spec_(draft|accepted|acceptance|steps)' || true
+
+# One run file per side, its levels in order, for `specula bench compare`.
+python3 - "$OUT_DIR" "$NAME" "$LEVELS" <<'PY'
+import json, sys
+out, name, levels = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+for side in ("baseline", name):
+    runs = [json.load(open(f"{out}/levels/{side}.{l}.json")) for l in levels]
+    merged = runs[0]
+    merged["levels"] = [lv for r in runs for lv in r["levels"]]
+    merged["config"]["concurrency"] = [int(l) for l in levels]
+    json.dump(merged, open(f"{out}/{side}.json", "w"))
+PY
 echo "== compare (baseline: no speculation, candidate: $NAME)"
 target/release/specula bench compare "$OUT_DIR/baseline.json" "$OUT_DIR/$NAME.json"
