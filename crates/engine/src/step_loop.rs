@@ -314,7 +314,13 @@ impl Engine {
             .collect();
         let started = Instant::now();
         let result = self.runner.forward(&self.model, &inputs);
-        if let Some(spec) = self.speculation.as_mut() {
+        // The fit learns what a decode row costs: steps with prompt chunks (rows much cheaper
+        // each, and no logits) would bend it.
+        let decode_only = plan
+            .batch
+            .iter()
+            .all(|b| b.start > 0 && (b.len == 1 || drafts.contains_key(&b.id)));
+        if let Some(spec) = self.speculation.as_mut().filter(|_| decode_only) {
             let work = plan_work(plan, spec.logit_work - 1.0, &drafts);
             spec.cost.observe(work, started.elapsed().as_secs_f64());
             if spec.adaptive {

@@ -3,7 +3,8 @@
 //!
 //! The model:
 //! - A step of work `w` takes `T(w) = a + b·w` seconds, fitted online by least squares over recent
-//!   steps (exponential forgetting), so it follows the machine and the load. `w` counts rows
+//!   decode steps (exponential forgetting; steps carrying prompt chunks are left out, their rows
+//!   are much cheaper each), so it follows the machine and the load. `w` counts rows
 //!   (tokens in the batch) plus `κ` per row that needs logits, `κ` being the output head's size
 //!   relative to the layers' (0.27 for SmolLM2-135M): a draft row needs logits, a prompt row
 //!   mostly does not. While decoding is memory-bound, `b` is small next to `a`; at large batches
