@@ -174,7 +174,12 @@ async fn chat_inner(
     let generation = Generation::start(state.clone(), vec![prompt], &params, started)?;
     let id = format!("chatcmpl-{}", random_id());
     if params.stream {
-        Ok(stream_chat(state, generation, id, params))
+        let format = ChatStream {
+            state,
+            id,
+            logprobs: params.logprobs.is_some(),
+        };
+        Ok(stream(generation, params.include_usage, format))
     } else {
         let n = generation.choices();
         let (results, usage) = collect(generation, n).await?;
@@ -297,7 +302,13 @@ async fn completions_inner(
     let generation = Generation::start(state.clone(), prompts, &params, started)?;
     let id = format!("cmpl-{}", random_id());
     if params.stream {
-        Ok(stream_completion(state, generation, id, params))
+        let format = CompletionStream {
+            state,
+            id,
+            logprobs: params.logprobs.is_some(),
+            offsets: Vec::new(),
+        };
+        Ok(stream(generation, params.include_usage, format))
     } else {
         let n = generation.choices();
         let (results, usage) = collect(generation, n).await?;
@@ -361,23 +372,28 @@ fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("response types serialise")
 }
 
-fn stream_chat(
-    state: Shared,
+/// How an endpoint renders a streamed generation's events as `data:` payloads.
+trait StreamFormat: Send + 'static {
+    /// Chunks before any text (chat: each choice's assistant role).
+    fn opening(&mut self, choices: usize) -> Vec<String>;
+    fn text(&mut self, index: usize, text: String, tokens: &[crate::generate::TokenInfo])
+    -> String;
+    fn done(&mut self, index: usize, finish: &str) -> String;
+    /// The final chunk with `usage` and no choices.
+    fn usage(&self, usage: protocol::Usage) -> String;
+}
+
+/// Streams a generation as SSE in `format`, then the usage chunk (if asked) and `[DONE]`. A client
+/// that goes away closes the channel, which drops the generation and aborts it.
+fn stream(
     mut generation: Generation,
-    id: String,
-    params: GenParams,
+    include_usage: bool,
+    mut format: impl StreamFormat,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<String>(64);
     tokio::spawn(async move {
-        let model = state.served_model_name.clone();
-        for i in 0..generation.choices() {
-            let delta = Delta {
-                role: Some("assistant".into()),
-                content: Some(String::new()),
-                ..Delta::default()
-            };
-            let chunk = responses::chat_chunk(&id, &model, i, delta, None, None);
-            if tx.send(to_json(&chunk)).await.is_err() {
+        for chunk in format.opening(generation.choices()) {
+            if tx.send(chunk).await.is_err() {
                 return;
             }
         }
@@ -388,33 +404,15 @@ fn stream_chat(
             };
             let data = match update {
                 None => break,
+                Some(Update::Text { text, tokens, .. }) if text.is_empty() && tokens.is_empty() => {
+                    continue;
+                }
                 Some(Update::Text {
                     index,
                     text,
                     tokens,
-                }) => {
-                    if text.is_empty() && tokens.is_empty() {
-                        continue;
-                    }
-                    let logprobs = params.logprobs.is_some().then(|| {
-                        json!({"content": responses::chat_logprobs(&state.model().tokenizer, &tokens)})
-                    });
-                    let delta = Delta {
-                        content: Some(text),
-                        ..Delta::default()
-                    };
-                    to_json(&responses::chat_chunk(
-                        &id, &model, index, delta, None, logprobs,
-                    ))
-                }
-                Some(Update::Done { index, finish }) => to_json(&responses::chat_chunk(
-                    &id,
-                    &model,
-                    index,
-                    Delta::default(),
-                    Some(finish),
-                    None,
-                )),
+                }) => format.text(index, text, &tokens),
+                Some(Update::Done { index, finish }) => format.done(index, finish),
                 Some(Update::Failed(e)) => {
                     let _ = tx.send(to_json(&e.body())).await;
                     return;
@@ -424,90 +422,133 @@ fn stream_chat(
                 return;
             }
         }
-        if params.include_usage {
-            let chunk = ChatCompletionChunk {
-                id: id.clone(),
-                object: "chat.completion.chunk".into(),
-                created: responses::now_secs(),
-                model: model.clone(),
-                choices: Vec::new(),
-                usage: Some(generation.usage()),
-            };
-            let _ = tx.send(to_json(&chunk)).await;
+        if include_usage {
+            let _ = tx.send(format.usage(generation.usage())).await;
         }
         let _ = tx.send("[DONE]".into()).await;
     });
     sse(rx)
 }
 
-fn stream_completion(
+struct ChatStream {
     state: Shared,
-    mut generation: Generation,
     id: String,
-    params: GenParams,
-) -> Response {
-    let (tx, rx) = mpsc::channel::<String>(64);
-    tokio::spawn(async move {
-        let model = state.served_model_name.clone();
-        let mut offsets = vec![0usize; generation.choices()];
-        loop {
-            let update = tokio::select! {
-                _ = tx.closed() => return,
-                u = generation.next() => u,
-            };
-            let data = match update {
-                None => break,
-                Some(Update::Text {
-                    index,
-                    text,
-                    tokens,
-                }) => {
-                    if text.is_empty() && tokens.is_empty() {
-                        continue;
-                    }
-                    let logprobs = params.logprobs.is_some().then(|| {
-                        responses::completion_logprobs(
-                            &state.model().tokenizer,
-                            &tokens,
-                            offsets[index],
-                        )
-                    });
-                    offsets[index] += text.len();
-                    to_json(&responses::completion_chunk(
-                        &id, &model, index, text, None, logprobs,
-                    ))
-                }
-                Some(Update::Done { index, finish }) => to_json(&responses::completion_chunk(
-                    &id,
-                    &model,
-                    index,
-                    String::new(),
-                    Some(finish),
-                    None,
-                )),
-                Some(Update::Failed(e)) => {
-                    let _ = tx.send(to_json(&e.body())).await;
-                    return;
-                }
-            };
-            if tx.send(data).await.is_err() {
-                return;
-            }
-        }
-        if params.include_usage {
-            let chunk = protocol::Completion {
-                id: id.clone(),
-                object: "text_completion".into(),
-                created: responses::now_secs(),
-                model: model.clone(),
-                choices: Vec::new(),
-                usage: Some(generation.usage()),
-            };
-            let _ = tx.send(to_json(&chunk)).await;
-        }
-        let _ = tx.send("[DONE]".into()).await;
-    });
-    sse(rx)
+    logprobs: bool,
+}
+
+impl StreamFormat for ChatStream {
+    fn opening(&mut self, choices: usize) -> Vec<String> {
+        (0..choices)
+            .map(|i| {
+                let delta = Delta {
+                    role: Some("assistant".into()),
+                    content: Some(String::new()),
+                    ..Delta::default()
+                };
+                let model = &self.state.served_model_name;
+                to_json(&responses::chat_chunk(
+                    &self.id, model, i, delta, None, None,
+                ))
+            })
+            .collect()
+    }
+
+    fn text(
+        &mut self,
+        index: usize,
+        text: String,
+        tokens: &[crate::generate::TokenInfo],
+    ) -> String {
+        let logprobs = self.logprobs.then(
+            || json!({"content": responses::chat_logprobs(&self.state.model().tokenizer, tokens)}),
+        );
+        let delta = Delta {
+            content: Some(text),
+            ..Delta::default()
+        };
+        let model = &self.state.served_model_name;
+        to_json(&responses::chat_chunk(
+            &self.id, model, index, delta, None, logprobs,
+        ))
+    }
+
+    fn done(&mut self, index: usize, finish: &str) -> String {
+        let model = &self.state.served_model_name;
+        to_json(&responses::chat_chunk(
+            &self.id,
+            model,
+            index,
+            Delta::default(),
+            Some(finish),
+            None,
+        ))
+    }
+
+    fn usage(&self, usage: protocol::Usage) -> String {
+        to_json(&ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk".into(),
+            created: responses::now_secs(),
+            model: self.state.served_model_name.clone(),
+            choices: Vec::new(),
+            usage: Some(usage),
+        })
+    }
+}
+
+struct CompletionStream {
+    state: Shared,
+    id: String,
+    logprobs: bool,
+    /// Text offset of each choice so far (completions' `text_offset`).
+    offsets: Vec<usize>,
+}
+
+impl StreamFormat for CompletionStream {
+    fn opening(&mut self, choices: usize) -> Vec<String> {
+        self.offsets = vec![0; choices];
+        Vec::new()
+    }
+
+    fn text(
+        &mut self,
+        index: usize,
+        text: String,
+        tokens: &[crate::generate::TokenInfo],
+    ) -> String {
+        let tok = &self.state.model().tokenizer;
+        let logprobs = self
+            .logprobs
+            .then(|| responses::completion_logprobs(tok, tokens, self.offsets[index]));
+        self.offsets[index] += text.len();
+        let model = &self.state.served_model_name;
+        to_json(&responses::completion_chunk(
+            &self.id, model, index, text, None, logprobs,
+        ))
+    }
+
+    fn done(&mut self, index: usize, finish: &str) -> String {
+        let model = &self.state.served_model_name;
+        to_json(&responses::completion_chunk(
+            &self.id,
+            model,
+            index,
+            String::new(),
+            Some(finish),
+            None,
+        ))
+    }
+
+    fn usage(&self, usage: protocol::Usage) -> String {
+        to_json(&protocol::Completion {
+            id: self.id.clone(),
+            object: "text_completion".into(),
+            created: responses::now_secs(),
+            model: self.state.served_model_name.clone(),
+            choices: Vec::new(),
+            usage: Some(usage),
+        })
+    }
 }
 
 async fn models(State(state): State<Shared>) -> axum::Json<ModelList> {

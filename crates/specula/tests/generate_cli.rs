@@ -1,29 +1,11 @@
 //! End-to-end tests of `specula generate` and `specula model` with the real default model.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_specula");
+mod common;
+use common::model_path;
 
-/// The default model, as scripts/fetch-model.sh caches it (or `SPECULA_MODEL`).
-fn model_path() -> PathBuf {
-    let path = std::env::var_os("SPECULA_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("SPECULA_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/specula")
-                });
-            home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        path.is_file(),
-        "{} missing: run scripts/fetch-model.sh",
-        path.display()
-    );
-    path
-}
+const BIN: &str = env!("CARGO_BIN_EXE_specula");
 
 fn generate(args: &[&str]) -> Output {
     Command::new(BIN)

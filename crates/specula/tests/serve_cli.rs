@@ -3,31 +3,14 @@
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_specula");
+mod common;
+use common::model_path;
 
-fn model_path() -> PathBuf {
-    let path = std::env::var_os("SPECULA_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("SPECULA_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/specula")
-                });
-            home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        path.is_file(),
-        "{} missing: run scripts/fetch-model.sh",
-        path.display()
-    );
-    path
-}
+const BIN: &str = env!("CARGO_BIN_EXE_specula");
 
 /// A `specula serve` process on a free port, killed on drop.
 struct Server {
