@@ -119,19 +119,11 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
 }
 
-async fn chat(State(state): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    let started = Instant::now();
-    match chat_inner(state, body, started).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn chat_inner(
-    state: Shared,
+async fn chat(
+    State(state): State<Shared>,
     body: Result<Bytes, BytesRejection>,
-    started: Instant,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
     let body = read_body(&state, body)?;
     let params = params::parse(&body, true)?;
     let messages = match body.get("messages") {
@@ -210,19 +202,11 @@ fn check_length(state: &AppState, prompt: &[u32], params: &GenParams) -> Result<
     })
 }
 
-async fn completions(State(state): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    let started = Instant::now();
-    match completions_inner(state, body, started).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn completions_inner(
-    state: Shared,
+async fn completions(
+    State(state): State<Shared>,
     body: Result<Bytes, BytesRejection>,
-    started: Instant,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
     let body = read_body(&state, body)?;
     let params = params::parse(&body, false)?;
     let vocab = state.model().tokenizer.vocab_size();

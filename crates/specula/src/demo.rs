@@ -100,7 +100,6 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         threads: args.threads,
         shutdown_timeout: 10,
         speculative: None,
-        speculative_algorithm: "NONE".into(),
     };
     let server = crate::serve::start(cfg).await?;
     let result = run_bench(&bench, Some(format!("http://{}", server.addr))).await;

@@ -104,7 +104,6 @@ pub struct ServeConfig {
     /// N-gram speculation, when on.
     #[serde(skip)]
     pub speculative: Option<engine::SpecConfig>,
-    pub speculative_algorithm: String,
 }
 
 impl ServeArgs {
@@ -155,7 +154,6 @@ impl ServeArgs {
                 .or(file.shutdown_timeout)
                 .unwrap_or(30),
             speculative: None,
-            speculative_algorithm: String::new(),
         };
         let algorithm: spec::Algorithm = self
             .speculative_algorithm
@@ -165,7 +163,6 @@ impl ServeArgs {
             .parse()
             .map_err(|e: String| anyhow!("--speculative-algorithm: {e}"))?;
         let mut cfg = cfg;
-        cfg.speculative_algorithm = format!("{algorithm:?}").to_uppercase();
         match algorithm {
             spec::Algorithm::None => {}
             spec::Algorithm::Standalone => anyhow::bail!(
@@ -263,7 +260,17 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
             .file_stem()
             .map_or("model".into(), |s| s.to_string_lossy().into_owned())
     });
-    let info = serde_json::to_value(&cfg).context("config")?;
+    let mut info = serde_json::to_value(&cfg).context("config")?;
+    info["speculative"] = match &cfg.speculative {
+        None => "NONE".into(),
+        Some(spec) => serde_json::json!({
+            "algorithm": "NGRAM",
+            "num_draft_tokens": spec.num_draft_tokens,
+            "ngram_match_window": [spec.ngram_min_window, spec.ngram_max_window],
+            "disable_batch_threshold": spec.disable_batch_threshold,
+            "adaptive": spec.adaptive,
+        }),
+    };
     let state = Arc::new(AppState::new(served.clone(), cfg.api_key.clone(), info));
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = server::router(state.clone());
@@ -282,7 +289,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
 
     // 2. Model, tokenizer, template, engine, warm-up: all or nothing.
     let t0 = Instant::now();
-    let settings = cfg_for_engine(&cfg);
+    let settings = cfg.clone();
     let loaded = tokio::task::spawn_blocking(move || load(&model_path, &settings))
         .await
         .map_err(|e| anyhow!("loading failed: {e}"))??;
@@ -330,31 +337,10 @@ impl Running {
     }
 }
 
-/// What the engine needs from the settings.
-struct EngineSettings {
-    context_length: Option<usize>,
-    max_running: usize,
-    max_queued: usize,
-    max_total_tokens: usize,
-    chunked_prefill_size: usize,
-    speculative: Option<engine::SpecConfig>,
-}
-
-fn cfg_for_engine(cfg: &ServeConfig) -> EngineSettings {
-    EngineSettings {
-        context_length: cfg.context_length,
-        max_running: cfg.max_running_requests,
-        max_queued: cfg.max_queued_requests,
-        max_total_tokens: cfg.max_total_tokens,
-        chunked_prefill_size: cfg.chunked_prefill_size,
-        speculative: cfg.speculative,
-    }
-}
-
 /// KV block size, in tokens.
 const BLOCK_SIZE: usize = 16;
 
-fn load(path: &std::path::Path, s: &EngineSettings) -> anyhow::Result<Loaded> {
+fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
     let model = Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&model.file)
         .with_context(|| format!("{}: cannot build the tokenizer", path.display()))?;
@@ -377,8 +363,8 @@ fn load(path: &std::path::Path, s: &EngineSettings) -> anyhow::Result<Loaded> {
         None => model_context,
     };
     let config = engine::EngineConfig {
-        max_running: s.max_running,
-        max_queued: s.max_queued,
+        max_running: s.max_running_requests,
+        max_queued: s.max_queued_requests,
         max_total_tokens: s.max_total_tokens,
         chunked_prefill_size: s.chunked_prefill_size,
         context_length,

@@ -140,54 +140,33 @@ fn block_sums_avx512(w: __m512i, a: &BlockQ16) -> __m512i {
 /// Partial sums that break the dependency between consecutive blocks' FMAs.
 const LANES: usize = 4;
 
-/// For each of `M` activation rows, Σ over blocks of (weights · activations) · d_w · d_x + c · s_x,
-/// where `block(i)` gives block i's weights as 32 i16, its `d_w` and its offset coefficient `c`
-/// (shared by the M rows: one weight load feeds them all). Block i goes into partial sum i mod 4,
-/// summed at the end in a fixed order: each row's arithmetic is the same whatever M, so results
-/// are bitwise equal across batches.
+/// Σ over blocks of (weights · activations) · d_w · d_x + c · s_x, where `block(i)` gives block
+/// i's weights as 32 i16, its `d_w` and its offset coefficient `c`. Block i goes into partial sum
+/// i mod 4, summed at the end in a fixed order, so a row's result does not depend on the batch.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,fma")]
-fn accumulate_avx512<const M: usize, F: FnMut(usize) -> (__m512i, __m128)>(
-    acts: [&[BlockQ16]; M],
-    mut block: F,
-) -> [f32; M] {
-    let mut acc = [[_mm512_setzero_ps(); LANES]; M];
+fn accumulate_avx512<F: FnMut(usize) -> (__m512i, __m128)>(acts: &[BlockQ16], mut block: F) -> f32 {
+    let mut acc = [_mm512_setzero_ps(); LANES];
     // Lane 1 of each holds the Σ c·s_x partial sum (lane 0 collects unused d·d_x products).
-    let mut off = [[_mm_setzero_ps(); LANES]; M];
-    let mut step =
-        |i: usize, lane: usize, acc: &mut [[__m512; LANES]; M], off: &mut [[__m128; LANES]; M]| {
-            // `dc` is [d_w, c, 0, 0]; one multiply by [d_x, s_x] gives both scale and offset.
-            let (w, dc) = block(i);
-            for r in 0..M {
-                let a = &acts[r][i];
-                let p = block_sums_avx512(w, a);
-                // SAFETY: `d` and `s` are adjacent f32 fields of the #[repr(C)] block.
-                let ds = unsafe { _mm_castpd_ps(_mm_load_sd((&raw const a.d).cast())) };
-                let prod = _mm_mul_ps(dc, ds);
-                acc[r][lane] = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(p),
-                    _mm512_broadcastss_ps(prod),
-                    acc[r][lane],
-                );
-                off[r][lane] = _mm_add_ps(off[r][lane], prod);
-            }
-        };
-    let n = acts[0].len();
-    let full = n / LANES * LANES;
-    for base in (0..full).step_by(LANES) {
-        for lane in 0..LANES {
-            step(base + lane, lane, &mut acc, &mut off);
-        }
+    let mut off = [_mm_setzero_ps(); LANES];
+    for (i, a) in acts.iter().enumerate() {
+        let lane = i % LANES;
+        // `dc` is [d_w, c, 0, 0]; one multiply by [d_x, s_x] gives both scale and offset.
+        let (w, dc) = block(i);
+        let p = block_sums_avx512(w, a);
+        // SAFETY: `d` and `s` are adjacent f32 fields of the #[repr(C)] block.
+        let ds = unsafe { _mm_castpd_ps(_mm_load_sd((&raw const a.d).cast())) };
+        let prod = _mm_mul_ps(dc, ds);
+        acc[lane] = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(p),
+            _mm512_broadcastss_ps(prod),
+            acc[lane],
+        );
+        off[lane] = _mm_add_ps(off[lane], prod);
     }
-    for (lane, i) in (full..n).enumerate() {
-        step(i, lane, &mut acc, &mut off);
-    }
-    std::array::from_fn(|r| {
-        let a = &acc[r];
-        let total = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
-        let o = off[r].map(|v| _mm_cvtss_f32(_mm_shuffle_ps::<1>(v, v)));
-        _mm512_reduce_add_ps(total) + ((o[0] + o[1]) + (o[2] + o[3]))
-    })
+    let total = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    let o = off.map(|v| _mm_cvtss_f32(_mm_shuffle_ps::<1>(v, v)));
+    _mm512_reduce_add_ps(total) + ((o[0] + o[1]) + (o[2] + o[3]))
 }
 
 /// A Q4 block's nibbles as 32 i16 (values 0..16 of the block, then 16..32).
@@ -208,25 +187,23 @@ pub(super) unsafe fn row_dot_avx512(dtype: GgmlType, row: &[u8], acts: &[BlockQ1
     let b = |i: usize| &row[i * size..(i + 1) * size];
     match dtype {
         // Q4_1 stores [d, m] as two f16: one conversion gives [d, m, 0, 0].
-        GgmlType::Q4_1 => {
-            accumulate_avx512([acts], |i| (nibbles_i16(&b(i)[4..]), f16_pair(b(i))))[0]
-        }
-        GgmlType::Q4_0 => accumulate_avx512([acts], |i| {
+        GgmlType::Q4_1 => accumulate_avx512(acts, |i| (nibbles_i16(&b(i)[4..]), f16_pair(b(i)))),
+        GgmlType::Q4_0 => accumulate_avx512(acts, |i| {
             let d = f16_at(b(i), 0);
             // Σ (q − 8)·x = Σ q·x − 8·Σx, and d_w·d_x·Σx = d_w·s_x.
             (
                 nibbles_i16(&b(i)[2..]),
                 _mm_setr_ps(d, -(8.0 * d), 0.0, 0.0),
             )
-        })[0],
-        GgmlType::Q8_0 => accumulate_avx512([acts], |i| {
+        }),
+        GgmlType::Q8_0 => accumulate_avx512(acts, |i| {
             // SAFETY: a Q8_0 block has 32 quant bytes after its 2-byte scale.
             let q = unsafe { _mm256_loadu_si256(b(i)[2..].as_ptr().cast()) };
             (
                 _mm512_cvtepi8_epi16(q),
                 _mm_setr_ps(f16_at(b(i), 0), 0.0, 0.0, 0.0),
             )
-        })[0],
+        }),
         _ => unreachable!("handles() filters the types"),
     }
 }
