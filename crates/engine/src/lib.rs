@@ -35,9 +35,12 @@ pub struct EngineConfig {
     pub speculative: Option<SpecConfig>,
 }
 
-/// N-gram speculative decoding settings (SGLang's flag names in the comments).
+/// Speculative decoding settings (SGLang's flag names in the comments).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpecConfig {
+    /// `--speculative-algorithm`: `Ngram` (prompt lookup) or `Standalone` (the draft model given
+    /// to [`start`]).
+    pub algorithm: spec::Algorithm,
     /// `--speculative-num-draft-tokens`: drafts a sequence verifies per step at most.
     pub num_draft_tokens: usize,
     /// `--speculative-ngram-min-match-window` / `--speculative-ngram-max-match-window`.
@@ -198,6 +201,7 @@ pub enum StartError {
 /// (unless a request ignores them).
 pub fn start(
     model: Model,
+    draft: Option<Model>,
     config: EngineConfig,
     end_of_generation: Vec<u32>,
 ) -> Result<EngineHandle, StartError> {
@@ -228,6 +232,24 @@ pub fn start(
                 "--speculative-num-draft-tokens must be at least 1".into(),
             ));
         }
+        match (spec.algorithm, &draft) {
+            (spec::Algorithm::Standalone, Some(d)) => {
+                spec::check_vocabulary(&d.file, &model.file)
+                    .map_err(|e| StartError::Config(e.to_string()))?;
+            }
+            (spec::Algorithm::Standalone, None) => {
+                return Err(StartError::Config(
+                    "STANDALONE speculation needs a draft model (--speculative-draft-model-path)"
+                        .into(),
+                ));
+            }
+            (spec::Algorithm::None, _) => {
+                return Err(StartError::Config(
+                    "speculative settings with algorithm NONE".into(),
+                ));
+            }
+            (spec::Algorithm::Ngram, _) => {}
+        }
     }
     let stats = Arc::new(EngineStats::default());
     stats.set_kv_total(config.kv_blocks());
@@ -241,8 +263,14 @@ pub fn start(
         .spawn(move || {
             // Cleared however the loop ends, a panic included.
             let _guard = guard;
-            let engine =
-                step_loop::Engine::new(model, &loop_config, sched, end_of_generation, loop_stats);
+            let engine = step_loop::Engine::new(
+                model,
+                draft,
+                &loop_config,
+                sched,
+                end_of_generation,
+                loop_stats,
+            );
             engine.run(inbox);
         })?;
     Ok(EngineHandle {

@@ -7,7 +7,10 @@ use model::sampler::Sampled;
 use model::sampler::Sampler;
 use model::{LogitsFor, Model, Runner, SeqInput};
 use scheduler::{Scheduler, SchedulerConfig, SeqId, StepPlan};
-use spec::{Acceptance, CostModel, NgramProposer, Policy, PolicyConfig, Proposer};
+use spec::{
+    Acceptance, Algorithm, CostModel, DraftModel, DraftRequest, NgramProposer, Policy,
+    PolicyConfig, Proposer,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
@@ -26,14 +29,33 @@ struct Active {
     acceptance: Acceptance,
 }
 
-/// Speculation's state: the policy, the proposer, and (adaptive) the step cost model.
+/// Where drafts come from.
+enum Drafter {
+    /// Prompt lookup (`NGRAM`).
+    Ngram(NgramProposer),
+    /// A draft model (`STANDALONE`).
+    Model(Box<DraftModel>),
+}
+
+/// Speculation's state: the policy, the drafter, and (adaptive) the step cost model.
 struct Speculation {
     policy: Policy,
-    proposer: NgramProposer,
+    drafter: Drafter,
     adaptive: bool,
     cost: CostModel,
     /// Work of a row that needs logits, relative to one that does not (1 + κ).
     logit_work: f64,
+    /// Seconds the drafter spends per draft token (a running average; zero for prompt lookup).
+    draft_seconds: f64,
+}
+
+/// A decoding sequence that may speculate this step.
+struct Candidate {
+    id: SeqId,
+    /// Drafts it may take (prompt lookup: the drafts themselves, proposed up front).
+    max: usize,
+    drafts: Vec<u32>,
+    alpha: f64,
 }
 
 /// κ: the output head's multiply-adds per row relative to all layers' (see `spec::adaptive`).
@@ -72,6 +94,7 @@ pub(crate) struct Engine {
 impl Engine {
     pub(crate) fn new(
         model: Model,
+        draft: Option<Model>,
         config: &EngineConfig,
         sched: SchedulerConfig,
         end_of_generation: Vec<u32>,
@@ -87,11 +110,19 @@ impl Engine {
                 num_draft_tokens: c.num_draft_tokens,
                 disable_batch_threshold: c.disable_batch_threshold,
             }),
-            proposer: NgramProposer::new(c.ngram_min_window, c.ngram_max_window)
-                .expect("start() validated the windows"),
+            drafter: match (c.algorithm, draft) {
+                (Algorithm::Standalone, Some(d)) => {
+                    Drafter::Model(Box::new(DraftModel::new(d, config.block_size, blocks)))
+                }
+                _ => Drafter::Ngram(
+                    NgramProposer::new(c.ngram_min_window, c.ngram_max_window)
+                        .expect("start() validated the windows"),
+                ),
+            },
             adaptive: c.adaptive,
             cost: CostModel::default(),
             logit_work: 1.0 + logits_weight(&model.config),
+            draft_seconds: 0.0,
         });
         Self {
             model,
@@ -120,6 +151,9 @@ impl Engine {
             self.drop_abandoned();
             let mut plan = self.scheduler.schedule();
             self.stats.add_preemptions(plan.preempted.len() as u64);
+            for &id in &plan.preempted {
+                self.forget_drafts(id);
+            }
             self.publish_load();
             if plan.is_empty() {
                 self.fail_unrunnable();
@@ -165,6 +199,7 @@ impl Engine {
     /// Removes a request from the engine and frees its blocks and admission slot; the published
     /// load reflects it before the request's last event goes out.
     fn end(&mut self, id: SeqId) {
+        self.forget_drafts(id);
         self.scheduler.finish(id);
         self.active.remove(&id);
         self.stats.release_admission();
@@ -213,6 +248,17 @@ impl Engine {
         );
     }
 
+    /// A sequence's draft-model KV is gone (it ended or lost its blocks).
+    fn forget_drafts(&mut self, id: SeqId) {
+        if let Some(Speculation {
+            drafter: Drafter::Model(d),
+            ..
+        }) = self.speculation.as_mut()
+        {
+            d.forget(id.0);
+        }
+    }
+
     /// Drafts for the plan's decoding sequences, as the policy allows; each accepted into the
     /// plan by the scheduler (KV slots reserved) is returned with its sequence.
     fn propose(&mut self, plan: &mut StepPlan) -> HashMap<SeqId, Vec<u32>> {
@@ -235,7 +281,7 @@ impl Engine {
         if decoding.is_empty() {
             return out;
         }
-        let mut candidates: Vec<(SeqId, Vec<u32>, f64)> = Vec::new();
+        let mut candidates: Vec<Candidate> = Vec::new();
         for &id in &decoding {
             let Some(a) = self.active.get(&id) else {
                 continue;
@@ -246,32 +292,92 @@ impl Engine {
             if max == 0 {
                 continue;
             }
-            let seq = self.scheduler.get(id).expect("scheduled");
-            let drafts = spec.proposer.propose(seq.tokens(), max);
-            if !drafts.is_empty() {
-                candidates.push((id, drafts, a.acceptance.alpha()));
-            }
+            let drafts = match &mut spec.drafter {
+                Drafter::Ngram(p) => {
+                    let seq = self.scheduler.get(id).expect("scheduled");
+                    let d = p.propose(seq.tokens(), max);
+                    if d.is_empty() {
+                        continue;
+                    }
+                    d
+                }
+                Drafter::Model(_) => Vec::new(),
+            };
+            candidates.push(Candidate {
+                id,
+                max: if drafts.is_empty() { max } else { drafts.len() },
+                drafts,
+                alpha: a.acceptance.alpha(),
+            });
         }
         if spec.adaptive {
-            let shape: Vec<(f64, usize)> = candidates
-                .iter()
-                .map(|(_, d, alpha)| (*alpha, d.len()))
-                .collect();
+            let shape: Vec<(f64, usize)> = candidates.iter().map(|c| (c.alpha, c.max)).collect();
             let work = plan_work(plan, spec.logit_work - 1.0, &HashMap::new());
             let ks = spec::adaptive::allocate(
                 &spec.cost,
                 work,
                 spec.logit_work,
+                spec.draft_seconds,
                 decoding.len() as f64,
                 &shape,
             );
-            for ((_, drafts, _), k) in candidates.iter_mut().zip(ks) {
-                drafts.truncate(k);
+            for (c, k) in candidates.iter_mut().zip(ks) {
+                c.max = k;
+                c.drafts.truncate(k);
             }
         }
-        for (id, drafts, _) in candidates {
-            if !drafts.is_empty() && self.scheduler.add_drafts(plan, id, &drafts) {
-                out.insert(id, drafts);
+        candidates.retain(|c| c.max > 0);
+        if let Drafter::Model(draft) = &mut spec.drafter {
+            // The draft model writes KV for its drafts into the sequence's blocks: reserve
+            // them first, then draft for every sequence in one batched pass per round.
+            candidates.retain(|c| self.scheduler.reserve_drafts(plan, c.id, c.max));
+            let tables: Vec<Vec<u32>> = candidates
+                .iter()
+                .map(|c| self.scheduler.get(c.id).expect("running").block_ids())
+                .collect();
+            let requests: Vec<DraftRequest<'_>> = candidates
+                .iter()
+                .zip(&tables)
+                .map(|(c, blocks)| DraftRequest {
+                    key: c.id.0,
+                    tokens: self.scheduler.get(c.id).expect("running").tokens(),
+                    blocks,
+                    drafts: c.max,
+                })
+                .collect();
+            let started = Instant::now();
+            match draft.propose(&requests) {
+                Ok(drafts) => {
+                    let n: usize = drafts.iter().map(Vec::len).sum();
+                    if n > 0 {
+                        let per_token = started.elapsed().as_secs_f64() / n as f64;
+                        spec.draft_seconds = if spec.draft_seconds == 0.0 {
+                            per_token
+                        } else {
+                            0.9 * spec.draft_seconds + 0.1 * per_token
+                        };
+                    }
+                    for (c, d) in candidates.iter_mut().zip(drafts) {
+                        c.drafts = d;
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("the draft model failed: {e}");
+                    for c in &mut candidates {
+                        draft.forget(c.id.0);
+                        c.drafts.clear();
+                    }
+                }
+            }
+        }
+        for c in candidates {
+            if c.drafts.is_empty() {
+                continue;
+            }
+            if self.scheduler.add_drafts(plan, c.id, &c.drafts) {
+                out.insert(c.id, c.drafts);
+            } else if let Drafter::Model(d) = &mut spec.drafter {
+                d.resolve(c.id.0, 0);
             }
         }
         // Sequences that did not speculate drift back towards trying again.
@@ -372,6 +478,13 @@ impl Engine {
                 a.acceptance.record(draft.len(), accepted);
                 self.stats.add_verification(draft.len(), accepted);
                 self.scheduler.resolve_drafts(b.id, accepted);
+                if let Some(Speculation {
+                    drafter: Drafter::Model(d),
+                    ..
+                }) = self.speculation.as_mut()
+                {
+                    d.resolve(b.id.0, accepted);
+                }
             }
             let last = emitted.last().map(|s| s.token);
             let mut finished = false;

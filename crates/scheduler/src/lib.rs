@@ -231,6 +231,24 @@ impl Scheduler {
         }
     }
 
+    /// Reserves KV slots for `drafts` draft tokens of a decode of the plan before the drafts
+    /// exist (a draft model writes its own KV for them into the same blocks while drafting).
+    /// False, and nothing changes, if `id` is not decoding in the plan or its blocks cannot grow.
+    /// [`Scheduler::add_drafts`] with at most that many drafts then succeeds.
+    pub fn reserve_drafts(&mut self, plan: &StepPlan, id: SeqId, drafts: usize) -> bool {
+        if !plan
+            .batch
+            .iter()
+            .any(|b| b.id == id && b.len == 1 && b.logits)
+        {
+            return false;
+        }
+        let Some(seq) = self.running.iter_mut().find(|s| s.id == id) else {
+            return false;
+        };
+        drafts > 0 && seq.reserve(&self.pool, 1 + drafts).is_ok()
+    }
+
     /// Adds speculative draft tokens to a decode of the plan: the sequence feeds its last token
     /// and the drafts in this step (`1 + drafts.len()` rows, all wanting logits). False, and
     /// nothing changes, if `id` is not decoding in the plan or its KV blocks cannot grow (a draft

@@ -252,3 +252,31 @@ fn drafts_ride_along_a_decode_and_rejected_ones_leave_no_trace() {
     assert_eq!(plan.batch[0].len, 1);
     assert_eq!(s.get(SeqId(1)).unwrap().tokens().len(), 6);
 }
+
+#[test]
+fn slots_reserved_for_drafts_before_they_exist() {
+    let pool = BlockPool::with_blocks(4, 4).unwrap();
+    let config = SchedulerConfig {
+        max_running: 4,
+        prefill_budget: 64,
+    };
+    let mut s = Scheduler::new(config, pool.clone()).unwrap();
+    s.add(SeqId(1), vec![1, 2, 3]);
+    let plan = s.schedule();
+    s.commit(&plan);
+    s.push_token(SeqId(1), 4);
+    let mut plan = s.schedule();
+    assert!(!s.reserve_drafts(&plan, SeqId(9), 2), "not decoding");
+    assert!(!s.reserve_drafts(&plan, SeqId(1), 0), "nothing to reserve");
+    assert!(
+        !s.reserve_drafts(&plan, SeqId(1), 40),
+        "more than the pool holds"
+    );
+    assert_eq!(pool.used_blocks(), 1, "a refused reservation takes nothing");
+    assert!(s.reserve_drafts(&plan, SeqId(1), 3));
+    // Slots for the last token and three drafts: positions 3..7, two blocks.
+    assert_eq!(pool.used_blocks(), 2);
+    assert_eq!(s.get(SeqId(1)).unwrap().block_ids().len(), 2);
+    assert!(s.add_drafts(&mut plan, SeqId(1), &[5, 6, 7]));
+    assert_eq!(pool.used_blocks(), 2);
+}

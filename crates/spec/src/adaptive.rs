@@ -116,17 +116,20 @@ impl Acceptance {
 }
 
 /// Drafts per candidate sequence. `work`: the step's work without drafts; `draft_work`: what one
-/// draft row adds (1 + κ); `tokens`: tokens the step emits without drafts (its decoding
-/// sequences); `candidates`: each candidate's acceptance estimate and the most drafts it can take.
+/// draft row adds to the target's step (1 + κ); `draft_seconds`: what proposing one draft costs
+/// besides (zero for prompt lookup; a draft model's forward share for `STANDALONE`); `tokens`:
+/// tokens the step emits without drafts (its decoding sequences); `candidates`: each
+/// candidate's acceptance estimate and the most drafts it can take.
 pub fn allocate(
     cost: &CostModel,
     work: f64,
     draft_work: f64,
+    draft_seconds: f64,
     tokens: f64,
     candidates: &[(f64, usize)],
 ) -> Vec<usize> {
     let (_, b) = cost.coefficients();
-    let b = b * draft_work;
+    let b = b * draft_work + draft_seconds;
     let mut ks = vec![0usize; candidates.len()];
     let mut e = tokens.max(1.0);
     let mut t = cost.predict(work);
@@ -178,17 +181,21 @@ mod tests {
         let c = fitted(0.004, 0.0012);
         // One sequence that accepts 90% of drafts: several drafts; one at 10%: none.
         let w = 1.27; // a draft row with its logits
-        assert!(allocate(&c, w, w, 1.0, &[(0.9, 8)])[0] >= 4);
-        assert_eq!(allocate(&c, w, w, 1.0, &[(0.1, 8)]), [0]);
+        assert!(allocate(&c, w, w, 0.0, 1.0, &[(0.9, 8)])[0] >= 4);
+        assert_eq!(allocate(&c, w, w, 0.0, 1.0, &[(0.1, 8)]), [0]);
         // The same good sequence in a batch of 60 decodes gets fewer or none.
-        let alone = allocate(&c, w, w, 1.0, &[(0.7, 8)])[0];
-        let crowded = allocate(&c, 60.0 * w, w, 60.0, &[(0.7, 8)])[0];
+        let alone = allocate(&c, w, w, 0.0, 1.0, &[(0.7, 8)])[0];
+        let crowded = allocate(&c, 60.0 * w, w, 0.0, 60.0, &[(0.7, 8)])[0];
         assert!(crowded < alone, "{crowded} vs {alone}");
         // The better sequence is served first.
-        let ks = allocate(&c, 2.0 * w, w, 2.0, &[(0.3, 8), (0.95, 8)]);
+        let ks = allocate(&c, 2.0 * w, w, 0.0, 2.0, &[(0.3, 8), (0.95, 8)]);
         assert!(ks[1] > ks[0]);
+        // Drafts that cost a draft-model forward each are granted more sparingly.
+        let free = allocate(&c, w, w, 0.0, 1.0, &[(0.8, 8)])[0];
+        let costly = allocate(&c, w, w, 0.003, 1.0, &[(0.8, 8)])[0];
+        assert!(costly < free, "{costly} vs {free}");
         // Never more than a sequence can take.
-        assert!(allocate(&c, w, w, 1.0, &[(0.99, 3)])[0] <= 3);
+        assert!(allocate(&c, w, w, 0.0, 1.0, &[(0.99, 3)])[0] <= 3);
     }
 
     #[test]

@@ -10,10 +10,12 @@
 //! extra rows cost their full price: that is what the policy weighs.
 
 pub mod adaptive;
+pub mod draft_model;
 pub mod ngram;
 pub mod policy;
 
 pub use adaptive::{Acceptance, CostModel};
+pub use draft_model::{DraftError, DraftModel, DraftRequest, check_vocabulary};
 pub use ngram::NgramProposer;
 pub use policy::{Policy, PolicyConfig};
 

@@ -100,6 +100,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         threads: args.threads,
         shutdown_timeout: 10,
         speculative: None,
+        speculative_draft_model_path: None,
     };
     let server = crate::serve::start(cfg).await?;
     let result = run_bench(&bench, Some(format!("http://{}", server.addr))).await;

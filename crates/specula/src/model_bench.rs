@@ -28,6 +28,11 @@ pub struct ModelBenchArgs {
     batch_prompt: usize,
     #[arg(long, default_value_t = 32)]
     batch_tokens: usize,
+    /// Draft lengths k for the verification measurement: one sequence (after a --batch-prompt
+    /// prompt) runs steps of 1 + k rows with logits for every row, as speculative decoding's
+    /// verification does; the cost is reported relative to a plain decode step (k = 0).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8")]
+    verify: Vec<usize>,
     /// Repetitions of each measurement (the best is reported, as the noise here is one-sided).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -59,7 +64,7 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
     if args.pp == 0 || args.tg == 0 || args.batch.contains(&0) {
         return Err(anyhow!("--pp, --tg and --batch levels must be at least 1").into());
     }
-    let path = crate::model_cmd::resolve(args.model)?;
+    let path = crate::model_cmd::resolve(args.model.clone())?;
     let model = Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
     let cfg = &model.config;
     let vocab = cfg.vocab_size;
@@ -152,6 +157,49 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
             (n * args.batch_tokens) as f64 / secs,
             args.batch_tokens,
             args.batch_prompt
+        );
+    }
+    verify_costs(&model, &args)
+}
+
+/// Speculative verification: steps of 1 + k rows of one sequence, every row with logits.
+fn verify_costs(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
+    const STEPS: usize = 16;
+    let cfg = &model.config;
+    let longest = args.verify.iter().max().copied().unwrap_or(0) + 1;
+    let total = args.batch_prompt + STEPS * longest;
+    let seq = tokens(total, 3, cfg.vocab_size);
+    let table: Vec<u32> = (0..total.div_ceil(BLOCK) as u32).collect();
+    let mut runner = Runner::new(cfg, BLOCK, table.len());
+    let mut plain = None;
+    for &k in &args.verify {
+        let secs = best_of(args.repeat, || {
+            let input = SeqInput {
+                tokens: &seq[..args.batch_prompt],
+                start_pos: 0,
+                blocks: &table,
+                logits: LogitsFor::None,
+            };
+            runner.forward(model, &[input])?;
+            let t = Instant::now();
+            for step in 0..STEPS {
+                let pos = args.batch_prompt + step * (k + 1);
+                let input = SeqInput {
+                    tokens: &seq[pos..pos + k + 1],
+                    start_pos: pos,
+                    blocks: &table,
+                    logits: LogitsFor::All,
+                };
+                runner.forward(model, &[input])?;
+            }
+            Ok(t.elapsed().as_secs_f64() / STEPS as f64)
+        })?;
+        let base = *plain.get_or_insert(secs);
+        println!(
+            "  verify +{k:<3} {:>8.2} ms/step  {:>5.2}x a decode step ({} rows with logits)",
+            secs * 1e3,
+            secs / base,
+            k + 1
         );
     }
     Ok(())

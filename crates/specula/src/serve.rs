@@ -58,13 +58,25 @@ pub struct ServeArgs {
     /// Seconds to finish in-flight requests after SIGTERM/SIGINT [default: 30].
     #[arg(long)]
     pub shutdown_timeout: Option<u64>,
-    /// Speculative decoding: NONE or NGRAM (STANDALONE, a draft model, is not available yet)
-    /// [default: NONE].
+    /// Speculative decoding: NONE, NGRAM (prompt lookup) or STANDALONE (a draft model, given
+    /// by --speculative-draft-model-path) [default: NONE].
     #[arg(long)]
     pub speculative_algorithm: Option<String>,
-    /// Draft tokens a sequence verifies per step at most [default: 8].
+    /// The draft model for STANDALONE: a GGUF file with the target's tokenizer.
+    #[arg(long)]
+    pub speculative_draft_model_path: Option<PathBuf>,
+    /// Draft tokens a sequence verifies per step at most [default: 8 for NGRAM; for
+    /// STANDALONE, --speculative-num-steps].
     #[arg(long)]
     pub speculative_num_draft_tokens: Option<usize>,
+    /// STANDALONE: draft-model decoding steps per speculative step, i.e. the length of the
+    /// drafted chain [default: 4].
+    #[arg(long)]
+    pub speculative_num_steps: Option<usize>,
+    /// Branching per draft step; 1 drafts a chain. Trees (more than 1) are not implemented yet
+    /// [default: 1].
+    #[arg(long)]
+    pub speculative_eagle_topk: Option<usize>,
     /// Shortest suffix an n-gram draft matches on [default: 1].
     #[arg(long)]
     pub speculative_ngram_min_match_window: Option<usize>,
@@ -101,9 +113,12 @@ pub struct ServeConfig {
     pub log_level: String,
     pub threads: Option<usize>,
     pub shutdown_timeout: u64,
-    /// N-gram speculation, when on.
+    /// Speculation, when on.
     #[serde(skip)]
     pub speculative: Option<engine::SpecConfig>,
+    /// The draft model of STANDALONE speculation.
+    #[serde(skip)]
+    pub speculative_draft_model_path: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -154,6 +169,7 @@ impl ServeArgs {
                 .or(file.shutdown_timeout)
                 .unwrap_or(30),
             speculative: None,
+            speculative_draft_model_path: None,
         };
         let algorithm: spec::Algorithm = self
             .speculative_algorithm
@@ -163,17 +179,36 @@ impl ServeArgs {
             .parse()
             .map_err(|e: String| anyhow!("--speculative-algorithm: {e}"))?;
         let mut cfg = cfg;
+        let topk = self
+            .speculative_eagle_topk
+            .or(file.speculative_eagle_topk)
+            .unwrap_or(1);
+        if topk != 1 {
+            anyhow::bail!(
+                "--speculative-eagle-topk {topk}: tree drafts are not implemented yet; use 1 (a chain)"
+            );
+        }
+        let draft_path = self
+            .speculative_draft_model_path
+            .or(file.speculative_draft_model_path);
+        let num_steps = self.speculative_num_steps.or(file.speculative_num_steps);
+        let num_draft_tokens = self
+            .speculative_num_draft_tokens
+            .or(file.speculative_num_draft_tokens);
         match algorithm {
             spec::Algorithm::None => {}
-            spec::Algorithm::Standalone => anyhow::bail!(
-                "--speculative-algorithm STANDALONE (a draft model) is not available yet; use NGRAM"
-            ),
-            spec::Algorithm::Ngram => {
+            spec::Algorithm::Ngram | spec::Algorithm::Standalone => {
+                let num_draft_tokens = match algorithm {
+                    // A chain of num_steps drafts, capped by num_draft_tokens if given.
+                    spec::Algorithm::Standalone => {
+                        let steps = num_steps.unwrap_or(4);
+                        num_draft_tokens.map_or(steps, |n| n.min(steps))
+                    }
+                    _ => num_draft_tokens.unwrap_or(8),
+                };
                 let spec = engine::SpecConfig {
-                    num_draft_tokens: self
-                        .speculative_num_draft_tokens
-                        .or(file.speculative_num_draft_tokens)
-                        .unwrap_or(8),
+                    algorithm,
+                    num_draft_tokens,
                     ngram_min_window: self
                         .speculative_ngram_min_match_window
                         .or(file.speculative_ngram_min_match_window)
@@ -188,10 +223,20 @@ impl ServeArgs {
                     adaptive: self.speculative_adaptive || file.speculative_adaptive,
                 };
                 if spec.num_draft_tokens == 0 {
-                    anyhow::bail!("--speculative-num-draft-tokens must be at least 1");
+                    anyhow::bail!(
+                        "--speculative-num-draft-tokens and --speculative-num-steps must be at least 1"
+                    );
                 }
                 spec::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
                     .map_err(|e| anyhow!("{e}"))?;
+                if algorithm == spec::Algorithm::Standalone {
+                    let Some(path) = draft_path else {
+                        anyhow::bail!(
+                            "--speculative-algorithm STANDALONE needs --speculative-draft-model-path"
+                        );
+                    };
+                    cfg.speculative_draft_model_path = Some(path);
+                }
                 cfg.speculative = Some(spec);
             }
         }
@@ -264,7 +309,8 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
     info["speculative"] = match &cfg.speculative {
         None => "NONE".into(),
         Some(spec) => serde_json::json!({
-            "algorithm": "NGRAM",
+            "algorithm": format!("{:?}", spec.algorithm).to_uppercase(),
+            "draft_model_path": cfg.speculative_draft_model_path,
             "num_draft_tokens": spec.num_draft_tokens,
             "ngram_match_window": [spec.ngram_min_window, spec.ngram_max_window],
             "disable_batch_threshold": spec.disable_batch_threshold,
@@ -371,8 +417,15 @@ fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
         block_size: BLOCK_SIZE,
         speculative: s.speculative,
     };
+    let draft = match &s.speculative_draft_model_path {
+        Some(p) => Some(
+            Model::load(p)
+                .with_context(|| format!("cannot load the draft model {}", p.display()))?,
+        ),
+        None => None,
+    };
     let eog = tokenizer.eog_ids().to_vec();
-    let engine = engine::start(model, config, eog).context("cannot start the engine")?;
+    let engine = engine::start(model, draft, config, eog).context("cannot start the engine")?;
     Ok(Loaded {
         engine,
         tokenizer,

@@ -504,6 +504,45 @@ fn start_up_failures_exit_non_zero_with_one_line() {
             vec!["--port", "0", "--model-path", model, "--log-level", "loud"],
             "--log-level",
         ),
+        (
+            vec![
+                "--port",
+                "0",
+                "--model-path",
+                model,
+                "--speculative-algorithm",
+                "STANDALONE",
+            ],
+            "needs --speculative-draft-model-path",
+        ),
+        (
+            vec![
+                "--port",
+                "0",
+                "--model-path",
+                model,
+                "--speculative-algorithm",
+                "STANDALONE",
+                "--speculative-draft-model-path",
+                corrupt.to_str().unwrap(),
+            ],
+            "cannot load the draft model",
+        ),
+        (
+            vec![
+                "--port",
+                "0",
+                "--model-path",
+                model,
+                "--speculative-algorithm",
+                "STANDALONE",
+                "--speculative-draft-model-path",
+                model,
+                "--speculative-eagle-topk",
+                "2",
+            ],
+            "tree drafts are not implemented",
+        ),
     ];
     for (args, expect) in cases {
         let out = Command::new(BIN).arg("serve").args(&args).output().unwrap();
@@ -687,6 +726,66 @@ async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
     let (_, b) = post(&spec.url("/v1/chat/completions"), stop).await;
     assert_eq!(a["choices"][0], b["choices"][0]);
     assert_eq!(b["choices"][0]["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn a_draft_model_gives_the_same_greedy_output_and_drafts_for_itself_perfectly() {
+    let model = model_path();
+    let model = model.to_str().unwrap();
+    let plain = Server::start(&[]);
+    // The target as its own draft: every greedy draft must be accepted (the kernels are
+    // batch-invariant, so the draft's forward gives the target's logits exactly).
+    let spec = Server::start(&[
+        "--speculative-algorithm",
+        "STANDALONE",
+        "--speculative-draft-model-path",
+        model,
+        "--speculative-num-steps",
+        "3",
+    ]);
+    let body = |i: usize, max_tokens: usize| {
+        json!({"messages": [{"role": "user", "content": rewrite_prompt(i)}],
+               "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true})
+    };
+    let (_, a) = post(&plain.url("/v1/chat/completions"), body(0, 30)).await;
+    let (_, b) = post(&spec.url("/v1/chat/completions"), body(0, 30)).await;
+    assert_eq!(a["choices"][0]["message"], b["choices"][0]["message"]);
+    assert_eq!(b["usage"]["completion_tokens"], 30);
+    // 3 drafts + the bonus token per pass, but the last passes run short of max_tokens.
+    let per_pass = b["usage"]["spec_accept_length"].as_f64().unwrap();
+    assert!(per_pass > 3.5, "{b}");
+    // Eight at once, joining mid-way, with different lengths.
+    let run = |url: String| async move {
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let (url, body) = (url.clone(), body(i, 20 + 3 * i));
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
+                post(&url, body).await.1["choices"][0]["message"]["content"].clone()
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    };
+    assert_eq!(
+        run(plain.url("/v1/chat/completions")).await,
+        run(spec.url("/v1/chat/completions")).await
+    );
+    let drafted = metric(&spec, "spec_draft_tokens_total").await;
+    assert!(drafted > 100.0, "{drafted}");
+    assert_eq!(metric(&spec, "spec_accepted_tokens_total").await, drafted);
+    assert_eq!(metric(&spec, "kv_blocks_used").await, 0.0);
+    // Sampling works with a draft model too (the distribution test covers the verifier).
+    let (status, v) = post(
+        &spec.url("/v1/completions"),
+        json!({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0.8, "seed": 3}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 16);
 }
 
 /// ln Γ(x), Lanczos (g = 7, 9 terms).
