@@ -4,13 +4,23 @@
 # alternately (level 1 on the baseline, level 1 on the candidate, level 2 on the baseline, ...),
 # so slow drifts of a shared machine hit both alike. Then `specula bench compare`.
 #
+# With SERVER=llama-server the same comparison runs on llama.cpp's llama-server (built by
+# scripts/build-llama-cpp.sh): the peer's own speculation gain on the same prompts.
+#
 # Usage: scripts/bench-spec.sh [specula bench flags, e.g. --dataset rewrite]
-# Environment: SPEC ("--speculative-algorithm NGRAM", the candidate's serve flags), NAME (ngram:
-#              the candidate's result stem), LEVELS (1,2,5,10,30,70,100,250), THREADS (2),
-#              PORT (30000; the candidate uses PORT+1), OUT_DIR (target/bench-results)
+# Environment: SERVER (specula or llama-server), SPEC (the candidate's server flags: specula
+#              "--speculative-algorithm NGRAM", llama-server "--spec-type ngram-simple
+#              --spec-draft-n-max 8"), NAME (ngram: the candidate's result stem), LEVELS
+#              (1,2,5,10,30,70,100,250), THREADS (2), PORT (30000; the candidate uses PORT+1),
+#              OUT_DIR (target/bench-results)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SPEC="${SPEC:---speculative-algorithm NGRAM}"
+SERVER="${SERVER:-specula}"
+if [ "$SERVER" = llama-server ]; then
+    SPEC="${SPEC:---spec-type ngram-simple --spec-draft-n-max 8}"
+else
+    SPEC="${SPEC:---speculative-algorithm NGRAM}"
+fi
 NAME="${NAME:-ngram}"
 LEVELS="${LEVELS:-1,2,5,10,30,70,100,250}"
 THREADS="${THREADS:-2}"
@@ -19,14 +29,26 @@ OUT_DIR="${OUT_DIR:-target/bench-results}"
 mkdir -p "$OUT_DIR/levels"
 model=$(scripts/fetch-model.sh | tail -n1)
 cargo build --release --quiet
+bench_flags=()
+if [ "$SERVER" = llama-server ]; then
+    bin_dir=$(scripts/build-llama-cpp.sh | tail -n1)
+    # One slot per concurrent request; llama-server ties a thread to each open connection.
+    slots=$(tr , '\n' <<<"$LEVELS" | sort -n | tail -n1)
+    bench_flags=(--no-keep-alive)
+fi
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 start_server() { # PORT LOG [flags...]
     local port=$1 log=$2
     shift 2
-    target/release/specula serve --model-path "$model" --host 127.0.0.1 --port "$port" \
-        --threads "$THREADS" "$@" >"$log" 2>&1 &
+    if [ "$SERVER" = llama-server ]; then
+        "$bin_dir/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t "$THREADS" \
+            -np "$slots" -c $((slots * 1024)) "$@" >"$log" 2>&1 &
+    else
+        target/release/specula serve --model-path "$model" --host 127.0.0.1 --port "$port" \
+            --threads "$THREADS" "$@" >"$log" 2>&1 &
+    fi
     pids+=($!)
     for _ in $(seq 1 300); do
         curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
@@ -46,10 +68,14 @@ for level in "${levels[@]}"; do
         [ "$side" = baseline ] || port=$((PORT + 1))
         echo "== $side, C=$level"
         target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
-            --output "$OUT_DIR/levels/$side.$level.json" "$@" | grep -E "C=" || true
+            --output "$OUT_DIR/levels/$side.$level.json" "${bench_flags[@]}" "$@" | grep -E "C=" || true
     done
 done
-curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | grep -E '^specula:spec_(draft|accepted|acceptance|steps)' || true
+if [ "$SERVER" = specula ]; then
+    curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | grep -E '^specula:spec_(draft|accepted|acceptance|steps)' || true
+else
+    grep -E "draft acceptance|accepted" "$OUT_DIR/$NAME.server.log" | tail -n 3 || true
+fi
 
 # One run file per side, its levels in order, for `specula bench compare`.
 python3 - "$OUT_DIR" "$NAME" "$LEVELS" <<'PY'

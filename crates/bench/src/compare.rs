@@ -26,6 +26,9 @@ pub struct LevelComparison {
     pub ttft_p50_ratio: f64,
     pub base_ok: (usize, usize),
     pub cand_ok: (usize, usize),
+    /// Speculative accept length (tokens per verification pass) where the server reported it.
+    pub base_accept_length: Option<f64>,
+    pub cand_accept_length: Option<f64>,
 }
 
 /// Where the candidate stops being faster (throughput ratio above 1).
@@ -107,6 +110,8 @@ fn compare_level(
         ttft_p50_ratio: ratio(c.ttft_s.p50, b.ttft_s.p50),
         base_ok: (b.ok, b.requests),
         cand_ok: (c.ok, c.requests),
+        base_accept_length: b.spec_accept_length,
+        cand_accept_length: c.spec_accept_length,
     }
 }
 
@@ -193,9 +198,17 @@ pub fn render(cmp: &Comparison) -> String {
             || "[  n/a ]".to_string(),
             |(lo, hi)| format!("[{lo:.2}, {hi:.2}]"),
         );
+        // The accept column closes the line when either side reported speculation.
+        let accept = match (l.base_accept_length, l.cand_accept_length) {
+            (None, None) => String::new(),
+            (b, c) => {
+                let shown = |a: Option<f64>| a.map_or_else(|| "n/a".into(), |a| format!("{a:.2}"));
+                format!(" | accept {} -> {}", shown(b), shown(c))
+            }
+        };
         let _ = writeln!(
             s,
-            "  C={:>3} | throughput: {:>7.1} -> {:>7.1} tok/s  x{:.2} {ci} | per-req x{:.2} | latency p50 x{:.2} p99 x{:.2} | TTFT p50 x{:.2} | ok: {}/{} -> {}/{}",
+            "  C={:>3} | throughput: {:>7.1} -> {:>7.1} tok/s  x{:.2} {ci} | per-req x{:.2} | latency p50 x{:.2} p99 x{:.2} | TTFT p50 x{:.2} | ok: {}/{} -> {}/{}{accept}",
             l.concurrency,
             l.base_throughput,
             l.cand_throughput,
@@ -348,6 +361,8 @@ mod tests {
                     ttft_p50_ratio: 1.0,
                     base_ok: (1, 1),
                     cand_ok: (1, 1),
+                    base_accept_length: None,
+                    cand_accept_length: None,
                 })
                 .collect()
         };
@@ -358,6 +373,22 @@ mod tests {
             Some(Crossover::StopsWinningAt(3))
         );
         assert_eq!(crossover(&[]), None);
+    }
+
+    #[test]
+    fn accept_lengths_show_for_either_side_when_reported() {
+        let base = run(vec![level(1, &[100; 4], 1.0), level(2, &[100; 4], 1.0)]);
+        let mut cand = run(vec![level(1, &[150; 4], 1.0), level(2, &[120; 4], 1.0)]);
+        let text = render(&compare(&base, "b", &cand, "c"));
+        assert!(!text.contains("accept"), "nobody reported one: {text}");
+        cand.levels[0].stats.spec_accept_length = Some(3.456);
+        let cmp = compare(&base, "b", &cand, "c");
+        assert_eq!(cmp.levels[0].cand_accept_length, Some(3.456));
+        assert_eq!(cmp.levels[0].base_accept_length, None);
+        let text = render(&cmp);
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("  C=")).collect();
+        assert!(rows[0].ends_with("| accept n/a -> 3.46"), "{text}");
+        assert!(!rows[1].contains("accept"), "{text}");
     }
 
     #[test]

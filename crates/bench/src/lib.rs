@@ -18,7 +18,7 @@ pub mod workload;
 
 pub use config::{BenchConfig, DatasetSpec, Endpoint};
 pub use report::RunReport;
-pub use runner::{Display, run_sweep};
+pub use runner::{Display, Sweep, run_sweep};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {

@@ -56,6 +56,9 @@ pub struct MockConfig {
     /// Without `ignore_eos`, stop with "stop" after this many tokens.
     pub eos_after: Option<u32>,
     pub default_max_tokens: u32,
+    /// Reported as `usage.spec_accept_length` (a speculating server's tokens per verification
+    /// pass), when set.
+    pub spec_accept_length: Option<f64>,
     /// When set, generation requests must carry `Authorization: Bearer <key>` (else 401).
     #[serde(skip)]
     pub api_key: Option<String>,
@@ -74,6 +77,7 @@ impl Default for MockConfig {
             fault_every: 1,
             eos_after: None,
             default_max_tokens: 16,
+            spec_accept_length: None,
             api_key: None,
         }
     }
@@ -91,6 +95,11 @@ impl MockConfig {
         }
         if self.tokens_per_chunk == 0 || self.fault_every == 0 {
             return Err("tokens per chunk and fault-every must be at least 1".into());
+        }
+        if let Some(a) = self.spec_accept_length
+            && !(a.is_finite() && (1.0..=1e6).contains(&a))
+        {
+            return Err("the accept length must be a number of at least 1".into());
         }
         Ok(())
     }
@@ -186,6 +195,7 @@ struct Plan {
     first_at: Instant,
     /// Seconds between tokens.
     gap: f64,
+    spec_accept_length: Option<f64>,
 }
 
 impl Plan {
@@ -199,7 +209,7 @@ impl Plan {
             completion_tokens: u64::from(completion_tokens),
             total_tokens: self.prompt_tokens + u64::from(completion_tokens),
             prompt_tokens_details: None,
-            spec_accept_length: None,
+            spec_accept_length: self.spec_accept_length,
         }
     }
 }
@@ -267,6 +277,7 @@ async fn generate(s: Arc<Shared>, headers: &HeaderMap, body: Bytes, kind: Kind) 
         fault,
         first_at: start + Duration::from_secs_f64(ttft),
         gap: 1.0 / cfg.tokens_per_second.max(1e-3),
+        spec_accept_length: cfg.spec_accept_length,
     };
     if plan.stream {
         stream_response(plan, cfg.tokens_per_chunk.max(1))

@@ -59,6 +59,10 @@ pub struct RequestRecord {
     pub content_chunks: u64,
     /// Whether `completion_tokens` came from the server's `usage`.
     pub usage_reported: bool,
+    /// Speculative decoding: tokens emitted per verification pass (bonus token included), as the
+    /// server's `usage.spec_accept_length` said (SGLang's extension); None when not reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accept_length: Option<f64>,
     pub error: Option<RequestError>,
 }
 
@@ -77,6 +81,7 @@ impl RequestRecord {
             cached_tokens: None,
             content_chunks: 0,
             usage_reported: false,
+            spec_accept_length: None,
             error: None,
         }
     }

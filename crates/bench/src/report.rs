@@ -128,9 +128,10 @@ pub fn header(cfg: &BenchConfig, model: &str, dataset: &str) -> String {
     s
 }
 
-/// The result line of one level.
+/// The result line of one level; `| accept X` closes it when the server reported speculative
+/// accept lengths.
 pub fn level_line(s: &LevelStats) -> String {
-    format!(
+    let mut line = format!(
         "  C={:>3} | {} requests | throughput: {:>7.1} tok/s | per-req: {:>6.1} tok/s | latency avg/p50/p99: {:>6.1}/{:>6.1}/{:>6.1}s | ok: {}/{}",
         s.concurrency,
         s.requests,
@@ -141,7 +142,11 @@ pub fn level_line(s: &LevelStats) -> String {
         s.latency_s.p99,
         s.ok,
         s.requests
-    )
+    );
+    if let Some(accept) = s.spec_accept_length {
+        let _ = write!(line, " | accept {accept:.2}");
+    }
+    line
 }
 
 /// The `--verbose` lines under a level: streaming metrics in milliseconds.
@@ -168,7 +173,7 @@ pub fn verbose_lines(s: &LevelStats) -> String {
     out
 }
 
-const CSV_HEADER: [&str; 22] = [
+const CSV_HEADER: [&str; 23] = [
     "concurrency",
     "requests",
     "ok",
@@ -191,6 +196,7 @@ const CSV_HEADER: [&str; 22] = [
     "itl_p50_s",
     "itl_p99_s",
     "errors",
+    "spec_accept_length",
 ];
 
 /// The per-level table as CSV.
@@ -224,6 +230,8 @@ pub fn write_csv(report: &RunReport, path: &Path) -> Result<(), ReportError> {
             format!("{:.5}", s.itl_s.p50),
             format!("{:.5}", s.itl_s.p99),
             errors.to_string(),
+            s.spec_accept_length
+                .map_or(String::new(), |a| format!("{a:.3}")),
         ];
         w.write_record(&row).map_err(|e| ReportError::io(path, e))?;
     }
@@ -296,7 +304,12 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert!(lines[0].starts_with("concurrency,requests,ok,"));
         assert!(lines[1].starts_with("2,2,1,"));
-        assert!(lines[1].ends_with(",1"), "one error: {}", lines[1]);
+        assert!(lines[0].ends_with(",errors,spec_accept_length"));
+        assert!(
+            lines[1].ends_with(",1,"),
+            "one error, no accept length: {}",
+            lines[1]
+        );
     }
 
     #[test]
@@ -308,5 +321,47 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("| ok: 1/2"), "{line}");
+    }
+
+    #[test]
+    fn level_line_shows_the_accept_length_only_when_reported() {
+        let mut report = sample_report();
+        let stats = &mut report.levels[0].stats;
+        assert!(!level_line(stats).contains("accept"));
+        stats.spec_accept_length = Some(3.214);
+        assert!(
+            level_line(stats).ends_with("| ok: 1/2 | accept 3.21"),
+            "{}",
+            level_line(stats)
+        );
+    }
+
+    #[test]
+    fn accept_lengths_round_trip_and_old_files_still_load() {
+        let mut report = sample_report();
+        report.levels[0].requests[0].spec_accept_length = Some(2.5);
+        report.levels[0].stats = LevelStats::compute(2, &report.levels[0].requests);
+        assert_eq!(report.levels[0].stats.spec_accept_length, Some(2.5));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.json");
+        report.save(&path).unwrap();
+        assert_eq!(RunReport::load(&path).unwrap(), report);
+
+        // A file written before the field existed: no accept length anywhere.
+        let mut old: serde_json::Value = serde_json::to_value(sample_report()).unwrap();
+        for level in old["levels"].as_array_mut().unwrap() {
+            level["stats"]
+                .as_object_mut()
+                .unwrap()
+                .retain(|k, _| !k.starts_with("spec_"));
+            for r in level["requests"].as_array_mut().unwrap() {
+                r.as_object_mut().unwrap().remove("spec_accept_length");
+            }
+        }
+        assert!(!old.to_string().contains("spec_accept"));
+        std::fs::write(&path, old.to_string()).unwrap();
+        let loaded = RunReport::load(&path).unwrap();
+        assert_eq!(loaded.levels[0].stats.spec_accept_length, None);
+        assert_eq!(loaded.levels[0].requests[0].spec_accept_length, None);
     }
 }

@@ -74,6 +74,17 @@ pub struct LevelStats {
     /// CPU seconds the benchmark process itself used during the level.
     #[serde(default)]
     pub client_cpu_s: f64,
+    /// Speculative decoding: the mean over successful requests that reported it of the server's
+    /// `usage.spec_accept_length` (tokens per verification pass, bonus token included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accept_length: Option<f64>,
+    /// Successful requests that reported an accept length.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spec_accept_reported: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl LevelStats {
@@ -91,6 +102,7 @@ impl LevelStats {
         let mut ttft: Vec<f64> = ok.iter().filter_map(|r| r.ttft_s).collect();
         let mut tpot: Vec<f64> = ok.iter().filter_map(|r| r.tpot_s()).collect();
         let mut itl: Vec<f64> = ok.iter().flat_map(|r| r.itl_s.iter().copied()).collect();
+        let accept: Vec<f64> = ok.iter().filter_map(|r| r.spec_accept_length).collect();
         let mut errors = BTreeMap::new();
         for r in records {
             if let Some(e) = &r.error {
@@ -126,6 +138,8 @@ impl LevelStats {
             without_usage: ok.iter().filter(|r| !r.usage_reported).count(),
             usage_chunk_mismatch: ok.iter().filter(|r| usage_differs_from_chunks(r)).count(),
             client_cpu_s: 0.0,
+            spec_accept_length: (!accept.is_empty()).then(|| mean(&accept)),
+            spec_accept_reported: accept.len(),
         }
     }
 }
@@ -238,6 +252,23 @@ mod tests {
         whole.content_chunks = 1;
         let s = LevelStats::compute(1, &[a, b, whole]);
         assert_eq!(s.usage_chunk_mismatch, 1);
+    }
+
+    #[test]
+    fn accept_length_is_the_mean_over_the_requests_that_reported_it() {
+        let mut a = ok_record(0, 0.0, 1.0, 10);
+        a.spec_accept_length = Some(2.0);
+        let mut b = ok_record(1, 0.0, 1.0, 10);
+        b.spec_accept_length = Some(4.5);
+        let silent = ok_record(2, 0.0, 1.0, 10);
+        let mut failed = RequestRecord::new(3, 0.0);
+        failed.spec_accept_length = Some(100.0);
+        failed.fail(ErrorClass::BrokenStream, "cut");
+        let s = LevelStats::compute(2, &[a, b, silent.clone(), failed]);
+        assert_eq!(s.spec_accept_length, Some(3.25));
+        assert_eq!(s.spec_accept_reported, 2);
+        let s = LevelStats::compute(1, &[silent]);
+        assert_eq!((s.spec_accept_length, s.spec_accept_reported), (None, 0));
     }
 
     #[test]

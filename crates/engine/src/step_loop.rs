@@ -8,8 +8,8 @@ use model::sampler::Sampler;
 use model::{LogitsFor, Model, Runner, SeqInput};
 use scheduler::{Scheduler, SchedulerConfig, SeqId, StepPlan};
 use spec::{
-    Acceptance, Algorithm, CostModel, DraftModel, DraftRequest, NgramProposer, Policy,
-    PolicyConfig, Proposer,
+    Acceptance, Algorithm, CostModel, DraftModel, DraftRequest, MatchAcceptance, NgramProposer,
+    Policy, PolicyConfig,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,6 +47,9 @@ struct Speculation {
     logit_work: f64,
     /// Seconds the drafter spends per draft token (a running average; zero for prompt lookup).
     draft_seconds: f64,
+    /// Prompt lookup: acceptance by match length, and this step's match length per sequence.
+    by_match: MatchAcceptance,
+    matched: HashMap<SeqId, usize>,
 }
 
 /// A decoding sequence that may speculate this step.
@@ -123,6 +126,8 @@ impl Engine {
             cost: CostModel::default(),
             logit_work: 1.0 + logits_weight(&model.config),
             draft_seconds: 0.0,
+            by_match: MatchAcceptance::new(c.ngram_max_window),
+            matched: HashMap::new(),
         });
         Self {
             model,
@@ -266,6 +271,7 @@ impl Engine {
         let Some(spec) = self.speculation.as_mut() else {
             return out;
         };
+        spec.matched.clear();
         let per_sequence = if spec.adaptive {
             spec.policy.config().num_draft_tokens
         } else {
@@ -292,22 +298,22 @@ impl Engine {
             if max == 0 {
                 continue;
             }
-            let drafts = match &mut spec.drafter {
+            let (drafts, alpha) = match &mut spec.drafter {
                 Drafter::Ngram(p) => {
                     let seq = self.scheduler.get(id).expect("scheduled");
-                    let d = p.propose(seq.tokens(), max);
-                    if d.is_empty() {
+                    let Some((d, matched)) = p.lookup(seq.tokens(), max) else {
                         continue;
-                    }
-                    d
+                    };
+                    spec.matched.insert(id, matched);
+                    (d, spec.by_match.alpha(matched))
                 }
-                Drafter::Model(_) => Vec::new(),
+                Drafter::Model(_) => (Vec::new(), a.acceptance.alpha()),
             };
             candidates.push(Candidate {
                 id,
                 max: if drafts.is_empty() { max } else { drafts.len() },
                 drafts,
-                alpha: a.acceptance.alpha(),
+                alpha,
             });
         }
         if spec.adaptive {
@@ -478,12 +484,15 @@ impl Engine {
                 a.acceptance.record(draft.len(), accepted);
                 self.stats.add_verification(draft.len(), accepted);
                 self.scheduler.resolve_drafts(b.id, accepted);
-                if let Some(Speculation {
-                    drafter: Drafter::Model(d),
-                    ..
-                }) = self.speculation.as_mut()
-                {
-                    d.resolve(b.id.0, accepted);
+                if let Some(spec) = self.speculation.as_mut() {
+                    match &mut spec.drafter {
+                        Drafter::Model(d) => d.resolve(b.id.0, accepted),
+                        Drafter::Ngram(_) => {
+                            if let Some(n) = spec.matched.get(&b.id) {
+                                spec.by_match.record(*n, draft.len(), accepted);
+                            }
+                        }
+                    }
                 }
             }
             let last = emitted.last().map(|s| s.token);

@@ -9,13 +9,18 @@
 //!   relative to the layers' (0.27 for SmolLM2-135M): a draft row needs logits, a prompt row
 //!   mostly does not. While decoding is memory-bound, `b` is small next to `a`; at large batches
 //!   rows cost their full compute.
-//! - Sequence i accepts each successive draft with probability `αᵢ` (a Beta-style running
-//!   estimate of its acceptance; it decays back towards the prior when the sequence does not
-//!   speculate, so a sequence that stopped paying is tried again later). With `k` drafts it
-//!   emits `1 + α + α² + … + αᵏ` tokens on average: the `j`-th draft adds `αʲ`.
+//! - Sequence i accepts each successive draft with probability `αᵢ`. For prompt lookup, `α` is
+//!   estimated per length of the n-gram match the drafts came from, pooled over requests
+//!   ([`MatchAcceptance`]): a continuation of a 10-token match is a copy in progress, one found
+//!   on a single token is a guess, and a request's own average would blur the two. For a draft
+//!   model, `α` is the request's Beta-style running estimate ([`Acceptance`]; it decays back
+//!   towards the prior when the sequence does not speculate, so a sequence that stopped paying
+//!   is tried again later). With `k` drafts a sequence emits `1 + α + α² + … + αᵏ` tokens on
+//!   average: the `j`-th draft adds `αʲ`.
 //! - The batch emits `E` tokens (one per decoding sequence, plus accepted drafts) in `T(n)`. One
-//!   more draft row adds `αᵢ^(kᵢ+1)` to `E` and `b` to `T`, which raises `E/T` exactly when
-//!   `αᵢ^(kᵢ+1) > b·E/T`. Drafts are granted greedily, the largest gain first, while that holds.
+//!   more draft row adds `αᵢ^(kᵢ+1)` to `E` and `b` to `T` (plus, for a draft model, its
+//!   measured seconds per draft), which raises `E/T` exactly when `αᵢ^(kᵢ+1) > b·E/T`. Drafts
+//!   are granted greedily, the largest gain first, while that holds.
 //!
 //! So speculation fades out smoothly as the batch grows (`E/T` grows, gains shrink) instead of
 //! falling off a fixed threshold, and sequences whose drafts are rarely accepted stop paying
@@ -115,6 +120,44 @@ impl Acceptance {
     }
 }
 
+/// Acceptance by the length of the n-gram match a draft came from, pooled over all requests:
+/// a draft continuing a 10-token match (the model is copying) is far likelier to be accepted
+/// than one found on a single token, and a request's own average mixes both regimes.
+#[derive(Debug, Clone)]
+pub struct MatchAcceptance {
+    /// Index: match length (1…), the last bucket also holding longer matches.
+    buckets: Vec<(f64, f64)>,
+}
+
+/// Forgetting per observation of a bucket: about the last few hundred drafts count.
+const MATCH_FORGET: f64 = 0.995;
+
+impl MatchAcceptance {
+    pub fn new(max_match: usize) -> Self {
+        Self {
+            buckets: vec![(PRIOR_ACCEPTED, PRIOR_REJECTED); max_match.max(1)],
+        }
+    }
+
+    fn bucket(&mut self, matched: usize) -> &mut (f64, f64) {
+        let last = self.buckets.len() - 1;
+        &mut self.buckets[matched.saturating_sub(1).min(last)]
+    }
+
+    /// The chance that each successive draft of a `matched`-token match is accepted.
+    pub fn alpha(&mut self, matched: usize) -> f64 {
+        let (a, r) = *self.bucket(matched);
+        a / (a + r)
+    }
+
+    /// After verifying `proposed` drafts of a `matched`-token match, the first `accepted` taken.
+    pub fn record(&mut self, matched: usize, proposed: usize, accepted: usize) {
+        let b = self.bucket(matched);
+        b.0 = b.0 * MATCH_FORGET + accepted as f64;
+        b.1 = b.1 * MATCH_FORGET + f64::from(u8::from(accepted < proposed));
+    }
+}
+
 /// Drafts per candidate sequence. `work`: the step's work without drafts; `draft_work`: what one
 /// draft row adds to the target's step (1 + κ); `draft_seconds`: what proposing one draft costs
 /// besides (zero for prompt lookup; a draft model's forward share for `STANDALONE`); `tokens`:
@@ -196,6 +239,21 @@ mod tests {
         assert!(costly < free, "{costly} vs {free}");
         // Never more than a sequence can take.
         assert!(allocate(&c, w, w, 0.0, 1.0, &[(0.99, 3)])[0] <= 3);
+    }
+
+    #[test]
+    fn acceptance_is_learned_per_match_length() {
+        let mut m = MatchAcceptance::new(4);
+        for _ in 0..200 {
+            m.record(1, 4, 0);
+            m.record(6, 4, 4); // lands in the last bucket
+        }
+        assert!(m.alpha(1) < 0.1, "{}", m.alpha(1));
+        assert!(m.alpha(4) > 0.9 && m.alpha(12) > 0.9);
+        assert!(
+            (m.alpha(2) - 1.0 / 3.0).abs() < 1e-9,
+            "untouched: the prior"
+        );
     }
 
     #[test]

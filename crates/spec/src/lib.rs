@@ -14,7 +14,7 @@ pub mod draft_model;
 pub mod ngram;
 pub mod policy;
 
-pub use adaptive::{Acceptance, CostModel};
+pub use adaptive::{Acceptance, CostModel, MatchAcceptance};
 pub use draft_model::{DraftError, DraftModel, DraftRequest, check_vocabulary};
 pub use ngram::NgramProposer;
 pub use policy::{Policy, PolicyConfig};

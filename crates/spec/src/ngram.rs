@@ -38,9 +38,17 @@ impl NgramProposer {
 
 impl Proposer for NgramProposer {
     fn propose(&mut self, tokens: &[u32], max: usize) -> Vec<u32> {
+        self.lookup(tokens, max).map(|(d, _)| d).unwrap_or_default()
+    }
+}
+
+impl NgramProposer {
+    /// Up to `max` drafts and the length of the suffix they were matched on (a longer match
+    /// predicts acceptance better: the adaptive policy keeps statistics per match length).
+    pub fn lookup(&self, tokens: &[u32], max: usize) -> Option<(Vec<u32>, usize)> {
         let len = tokens.len();
         if max == 0 || len < 2 {
-            return Vec::new();
+            return None;
         }
         // Longest suffix first; for each, the most recent earlier occurrence.
         for n in (self.min_window..=self.max_window.min(len - 1)).rev() {
@@ -52,10 +60,10 @@ impl Proposer for NgramProposer {
             if let Some(start) = found {
                 let from = start + n;
                 let to = (from + max).min(len);
-                return tokens[from..to].to_vec();
+                return Some((tokens[from..to].to_vec(), n));
             }
         }
-        Vec::new()
+        None
     }
 }
 
@@ -74,6 +82,11 @@ mod tests {
         // A copy of a span: the continuation of the first copy.
         let doc = [10, 11, 12, 13, 14, 15, 99, 10, 11, 12];
         assert_eq!(p.propose(&doc, 4), [13, 14, 15, 99]);
+        assert_eq!(
+            p.lookup(&doc, 2),
+            Some((vec![13, 14], 3)),
+            "matched on 3 tokens"
+        );
     }
 
     #[test]

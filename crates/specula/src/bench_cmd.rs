@@ -175,6 +175,10 @@ pub struct MockArgs {
     /// Answer 401 unless requests carry `Authorization: Bearer KEY`.
     #[arg(long, value_name = "KEY")]
     require_api_key: Option<String>,
+    /// Report this `usage.spec_accept_length` (tokens per verification pass), as a speculating
+    /// server does.
+    #[arg(long, value_name = "TOKENS")]
+    spec_accept_length: Option<f64>,
 }
 
 impl MockArgs {
@@ -196,6 +200,7 @@ impl MockArgs {
             fault_every: self.fault_every,
             eos_after: self.eos_after,
             default_max_tokens: 16,
+            spec_accept_length: self.spec_accept_length,
             api_key: self.require_api_key.clone(),
         };
         cfg.validate().map_err(|e| anyhow!("mock server: {e}"))?;
@@ -288,20 +293,8 @@ pub async fn run_bench(args: &RunArgs, base_url: Option<String>) -> Result<(), F
     for path in [&args.output, &args.csv, &args.plot].into_iter().flatten() {
         check_writable(path)?;
     }
-    let spec = match &cfg.dataset {
-        DatasetSpec::ShareGpt => DatasetSpec::File(
-            tokio::task::spawn_blocking(crate::assets::sharegpt_path)
-                .await
-                .context("dataset fetch task failed")??,
-        ),
-        other => other.clone(),
-    };
-    let needed = cfg.requests_per_level.max(cfg.warmup_requests);
-    let dataset = Dataset::load(&spec, cfg.seed, needed)?;
-    let display = Display {
-        progress: std::io::stderr().is_terminal(),
-        verbose: args.verbose,
-    };
+    let dataset = load_dataset(&cfg).await?;
+    let display = args.display();
     let mut stdout = std::io::stdout();
     let report = match run_sweep(&cfg, &dataset, &mut stdout, display).await {
         Ok(r) => r,
@@ -337,6 +330,30 @@ pub async fn run_bench(args: &RunArgs, base_url: Option<String>) -> Result<(), F
         );
     }
     Ok(())
+}
+
+impl RunArgs {
+    /// How the sweep shows itself: a progress bar on a terminal, `--verbose` lines.
+    pub fn display(&self) -> Display {
+        Display {
+            progress: std::io::stderr().is_terminal(),
+            verbose: self.verbose,
+        }
+    }
+}
+
+/// The prompts of `cfg.dataset` (ShareGPT fetched on first use).
+pub async fn load_dataset(cfg: &BenchConfig) -> Result<Dataset, Failure> {
+    let spec = match &cfg.dataset {
+        DatasetSpec::ShareGpt => DatasetSpec::File(
+            tokio::task::spawn_blocking(crate::assets::sharegpt_path)
+                .await
+                .context("dataset fetch task failed")??,
+        ),
+        other => other.clone(),
+    };
+    let needed = cfg.requests_per_level.max(cfg.warmup_requests);
+    Ok(Dataset::load(&spec, cfg.seed, needed)?)
 }
 
 /// Fails early (before a long sweep) when an output file could not be written.

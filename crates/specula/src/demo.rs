@@ -1,12 +1,21 @@
 //! `specula demo`: the README's main command. Serves the default model in this process on a free
 //! loopback port, runs a short `specula bench` sweep against it, prints the table and shuts the
 //! server down. `--mock` runs the sweep against the built-in mock server instead (no model).
+//! `--compare-spec` serves the model twice at once, without speculation (the baseline) and with it
+//! (the candidate), runs the levels alternately (C=1 on the baseline, C=1 on the candidate, C=2 on
+//! the baseline, ...) so slow drift of a shared machine hits both alike, and prints
+//! `specula bench compare`'s table.
 
 use crate::Failure;
-use crate::bench_cmd::{RunArgs, run_bench};
-use anyhow::{Context, anyhow};
+use crate::bench_cmd::{RunArgs, load_dataset, run_bench};
+use crate::serve::{Running, ServeArgs, ServeConfig};
+use anyhow::{Context, anyhow, bail};
+use bench::compare::{compare, render};
 use bench::mock::MockConfig;
+use bench::workload::Dataset;
+use bench::{BenchConfig, BenchError, RunReport, Sweep};
 use clap::{Args, Parser};
+use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -30,6 +39,28 @@ pub struct DemoArgs {
     max_tokens: u32,
     #[arg(long, default_value_t = 3)]
     warmup_requests: usize,
+    /// synthetic | rewrite | random:INPUT_TOKENS | sharegpt | a .jsonl file | a ShareGPT .json
+    /// file [default: synthetic; rewrite with --compare-spec].
+    #[arg(long)]
+    dataset: Option<String>,
+    /// Serve the model twice, without speculation and with it, run the levels alternately and
+    /// compare the two.
+    #[arg(long)]
+    compare_spec: bool,
+    /// The candidate's speculation (with --compare-spec): NGRAM (prompt lookup) or STANDALONE (a
+    /// draft model) [default: NGRAM].
+    #[arg(long, alias = "speculative-algorithm")]
+    spec_algorithm: Option<String>,
+    /// The draft model of STANDALONE: a GGUF file with the target's tokenizer.
+    #[arg(long, alias = "speculative-draft-model-path")]
+    spec_draft_model_path: Option<PathBuf>,
+    /// Draft tokens a sequence verifies per step at most [default: 8 for NGRAM, 4 for
+    /// STANDALONE].
+    #[arg(long, alias = "speculative-num-draft-tokens")]
+    spec_num_draft_tokens: Option<usize>,
+    /// The fixed policy (the most drafts every step) instead of the adaptive one.
+    #[arg(long)]
+    spec_fixed: bool,
     /// Pace of each mock stream (with --mock).
     #[arg(long, default_value_t = 500.0)]
     mock_tokens_per_second: f64,
@@ -47,12 +78,18 @@ struct BenchFlags {
 
 impl DemoArgs {
     fn bench_args(&self) -> Result<RunArgs, Failure> {
+        let dataset = match (&self.dataset, self.compare_spec) {
+            (Some(d), _) => d.as_str(),
+            (None, true) => "rewrite",
+            (None, false) => "synthetic",
+        };
         let args = [
             "demo".to_string(),
             format!("--concurrency={}", self.concurrency),
             format!("--requests-per-level={}", self.requests_per_level),
             format!("--max-tokens={}", self.max_tokens),
             format!("--warmup-requests={}", self.warmup_requests),
+            format!("--dataset={dataset}"),
         ];
         BenchFlags::try_parse_from(args)
             .map(|f| f.run)
@@ -61,9 +98,91 @@ impl DemoArgs {
                 error: anyhow!("{}", e.to_string().lines().next().unwrap_or("bad flags")),
             })
     }
+
+    /// Rejects flag combinations that do not go together.
+    fn check(&self) -> Result<(), Failure> {
+        let usage = |error: anyhow::Error| Failure { code: 2, error };
+        if self.compare_spec && self.mock {
+            return Err(usage(anyhow!(
+                "--compare-spec serves the model twice; it does not run with --mock"
+            )));
+        }
+        let spec_flags = self.spec_algorithm.is_some()
+            || self.spec_draft_model_path.is_some()
+            || self.spec_num_draft_tokens.is_some()
+            || self.spec_fixed;
+        if spec_flags && !self.compare_spec {
+            return Err(usage(anyhow!(
+                "--spec-algorithm, --spec-draft-model-path, --spec-num-draft-tokens and --spec-fixed go with --compare-spec"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The candidate's algorithm.
+    fn algorithm(&self) -> Result<spec::Algorithm, anyhow::Error> {
+        let name = self.spec_algorithm.as_deref().unwrap_or("NGRAM");
+        let algorithm: spec::Algorithm = name
+            .parse()
+            .map_err(|e: String| anyhow!("--spec-algorithm: {e}"))?;
+        if self.spec_num_draft_tokens == Some(0) {
+            bail!("--spec-num-draft-tokens must be at least 1");
+        }
+        match algorithm {
+            spec::Algorithm::None => {
+                bail!("--spec-algorithm {name}: the candidate speculates; use NGRAM or STANDALONE")
+            }
+            spec::Algorithm::Standalone if self.spec_draft_model_path.is_none() => {
+                bail!("--spec-algorithm STANDALONE needs --spec-draft-model-path")
+            }
+            spec::Algorithm::Ngram if self.spec_draft_model_path.is_some() => {
+                bail!("--spec-draft-model-path goes with --spec-algorithm STANDALONE")
+            }
+            a => Ok(a),
+        }
+    }
+
+    /// The in-process server's settings: `specula serve`'s defaults on a free loopback port,
+    /// with speculation as `algorithm` says.
+    fn serve_config(
+        &self,
+        model_path: PathBuf,
+        algorithm: Option<spec::Algorithm>,
+    ) -> Result<ServeConfig, Failure> {
+        let mut args = ServeArgs {
+            host: Some("127.0.0.1".into()),
+            port: Some(0),
+            model_path: Some(model_path),
+            log_level: Some("warning".into()),
+            threads: self.threads,
+            shutdown_timeout: Some(10),
+            ..ServeArgs::default()
+        };
+        if let Some(algorithm) = algorithm {
+            args.speculative_algorithm = Some(format!("{algorithm:?}").to_uppercase());
+            args.speculative_adaptive = !self.spec_fixed;
+            args.speculative_num_draft_tokens = self.spec_num_draft_tokens;
+            if algorithm == spec::Algorithm::Standalone {
+                // The drafted chain is as long as the drafts verified.
+                args.speculative_num_steps = self.spec_num_draft_tokens;
+                args.speculative_draft_model_path = self.spec_draft_model_path.clone();
+            }
+        }
+        args.resolve().map_err(|error| Failure { code: 2, error })
+    }
+
+    async fn model_path(&self) -> Result<PathBuf, Failure> {
+        match &self.model_path {
+            Some(p) => Ok(p.clone()),
+            None => Ok(tokio::task::spawn_blocking(crate::assets::default_model)
+                .await
+                .context("model fetch task failed")??),
+        }
+    }
 }
 
 pub async fn run(args: DemoArgs) -> Result<(), Failure> {
+    args.check()?;
     let bench = args.bench_args()?;
     if args.mock {
         let mock = MockConfig {
@@ -77,33 +196,112 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
             .context("cannot start the mock server")?;
         return run_bench(&bench, Some(format!("http://{addr}"))).await;
     }
-    let model_path = match args.model_path {
-        Some(p) => Some(p),
-        None => Some(
-            tokio::task::spawn_blocking(crate::assets::default_model)
-                .await
-                .context("model fetch task failed")??,
-        ),
-    };
-    let cfg = crate::serve::ServeConfig {
-        host: "127.0.0.1".into(),
-        port: 0,
-        model_path,
-        served_model_name: None,
-        context_length: None,
-        max_running_requests: 64,
-        max_queued_requests: 256,
-        max_total_tokens: 32768,
-        chunked_prefill_size: 512,
-        api_key: None,
-        log_level: "warning".into(),
-        threads: args.threads,
-        shutdown_timeout: 10,
-        speculative: None,
-        speculative_draft_model_path: None,
-    };
+    if args.compare_spec {
+        return compare_spec(&args, &bench).await;
+    }
+    let cfg = args.serve_config(args.model_path().await?, None)?;
     let server = crate::serve::start(cfg).await?;
     let result = run_bench(&bench, Some(format!("http://{}", server.addr))).await;
     server.drain().await;
     result
+}
+
+/// `--compare-spec`: two servers, the levels alternated, then the comparison.
+async fn compare_spec(args: &DemoArgs, flags: &RunArgs) -> Result<(), Failure> {
+    // Every flag is checked, and the prompts loaded, before a model loads.
+    let algorithm = args
+        .algorithm()
+        .map_err(|error| Failure { code: 2, error })?;
+    let cfg = flags.config(Some("http://127.0.0.1".into()))?;
+    let dataset = load_dataset(&cfg).await?;
+    let model_path = args.model_path().await?;
+    let base_serve = args.serve_config(model_path.clone(), None)?;
+    let cand_serve = args.serve_config(model_path, Some(algorithm))?;
+    let spec = cand_serve
+        .speculative
+        .ok_or_else(|| anyhow!("the candidate's settings lost speculation"))?;
+    let policy = if spec.adaptive { "adaptive" } else { "fixed" };
+    let cand_label = format!("{algorithm:?}-{policy}").to_lowercase();
+    let cand_about = format!(
+        "{}, up to {} draft tokens, {policy} policy",
+        format!("{algorithm:?}").to_uppercase(),
+        spec.num_draft_tokens
+    );
+
+    let base = crate::serve::start(base_serve).await?;
+    let cand = match crate::serve::start(cand_serve).await {
+        Ok(c) => c,
+        Err(e) => {
+            base.drain().await;
+            return Err(e);
+        }
+    };
+    let result = alternate(
+        flags,
+        &cfg,
+        &dataset,
+        [&base, &cand],
+        &cand_label,
+        &cand_about,
+    )
+    .await;
+    tokio::join!(base.drain(), cand.drain());
+    let (base_run, cand_run) = result?;
+    println!();
+    print!(
+        "{}",
+        render(&compare(&base_run, "baseline", &cand_run, &cand_label))
+    );
+    let all_failed = |r: &RunReport| r.levels.iter().all(|l| l.stats.ok == 0);
+    if all_failed(&base_run) || all_failed(&cand_run) {
+        return Err(anyhow!(
+            "no request succeeded on one of the servers; see the first error of each class above"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Warms both servers up, then runs each level on the baseline and at once on the candidate.
+async fn alternate(
+    flags: &RunArgs,
+    cfg: &BenchConfig,
+    dataset: &Dataset,
+    [base, cand]: [&Running; 2],
+    cand_label: &str,
+    cand_about: &str,
+) -> Result<(RunReport, RunReport), Failure> {
+    let display = flags.display();
+    let mut out = std::io::stdout();
+    let side = |server: &Running| BenchConfig {
+        base_url: format!("http://{}", server.addr),
+        ..cfg.clone()
+    };
+    println!("\n== baseline: no speculation");
+    let mut base = Sweep::start(&side(base), dataset, &mut out, display)
+        .await
+        .map_err(bench_failure)?;
+    println!("== {cand_label}: {cand_about}");
+    let mut cand = Sweep::start(&side(cand), dataset, &mut out, display)
+        .await
+        .map_err(bench_failure)?;
+    println!("== levels, alternately on each server");
+    let width = cand_label.len().max("baseline".len());
+    for &c in &cfg.concurrency {
+        for (label, sweep) in [("baseline", &mut base), (cand_label, &mut cand)] {
+            let text = sweep.level(c).await;
+            // The result line, named by its server; any lines under it as they are.
+            let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+            print!("  {label:<width$} {}\n{rest}", first.trim_start());
+            out.flush().ok();
+        }
+    }
+    Ok((base.finish(), cand.finish()))
+}
+
+fn bench_failure(e: BenchError) -> Failure {
+    Failure {
+        code: e.exit_code(),
+        error: e.into(),
+    }
 }

@@ -25,7 +25,8 @@ struct Cli {
 enum Command {
     /// Benchmark an OpenAI-compatible server across concurrency levels.
     Bench(bench_cmd::BenchArgs),
-    /// Run the default benchmark sweep against the built-in mock server.
+    /// Serve the model in this process and benchmark it (--compare-spec: without and with
+    /// speculation, side by side; --mock: the built-in mock server instead).
     Demo(demo::DemoArgs),
     /// Generate text from a prompt with the model runtime and report its speed.
     Generate(generate::GenerateArgs),

@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_specula");
 
 /// A `specula bench mock-server` process on a free port, killed on drop.
@@ -645,4 +647,138 @@ fn demo_runs_a_sweep_against_the_built_in_mock() {
     assert_success(&out);
     let re = Regex::new(LEVEL_LINE).unwrap();
     assert_eq!(stdout(&out).lines().filter(|l| re.is_match(l)).count(), 2);
+}
+
+#[test]
+fn accept_lengths_show_on_level_lines_in_saved_runs_and_in_compare() {
+    let plain = Mock::start(&["--tokens-per-second", "1000", "--ttft-ms", "1"]);
+    let spec = Mock::start(&[
+        "--tokens-per-second",
+        "1000",
+        "--ttft-ms",
+        "1",
+        "--spec-accept-length",
+        "2.5",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let level_line = Regex::new(LEVEL_LINE.trim_end_matches('$')).unwrap();
+    for (mock, name, accept) in [(&plain, "base", false), (&spec, "cand", true)] {
+        let output = path(&format!("{name}.json"));
+        let out = bench(
+            &mock.url,
+            &[
+                "--concurrency",
+                "1,2",
+                "--requests-per-level",
+                "3",
+                "--max-tokens",
+                "8",
+                "--warmup-requests",
+                "0",
+                "--output",
+                &output,
+            ],
+        );
+        assert_success(&out);
+        let text = stdout(&out);
+        let lines: Vec<&str> = text.lines().filter(|l| level_line.is_match(l)).collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for line in lines {
+            assert_eq!(line.ends_with("| ok: 3/3 | accept 2.50"), accept, "{line}");
+        }
+    }
+    let run = load(Path::new(&path("cand.json")));
+    assert_eq!(run["levels"][0]["stats"]["spec_accept_length"], 2.5);
+    assert_eq!(requests(&run, 1)[2]["spec_accept_length"], 2.5);
+    let out = Command::new(BIN)
+        .args(["bench", "compare", &path("base.json"), &path("cand.json")])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let text = stdout(&out);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("  C=")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        rows.iter().all(|l| l.ends_with("| accept n/a -> 2.50")),
+        "{text}"
+    );
+}
+
+#[test]
+fn demo_compare_spec_refuses_the_mock_and_stray_spec_flags() {
+    for args in [
+        &["demo", "--mock", "--compare-spec"][..],
+        &["demo", "--mock", "--spec-fixed"][..],
+        &["demo", "--compare-spec", "--mock-ttft-ms", "1", "--mock"][..],
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error: "), "{err}");
+    }
+    let out = Command::new(BIN)
+        .args(["demo", "--compare-spec", "--spec-algorithm", "NONE"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use NGRAM or STANDALONE"));
+}
+
+#[test]
+fn demo_compare_spec_alternates_two_servers_and_compares_them() {
+    let out = Command::new(BIN)
+        .args(["demo", "--compare-spec", "--concurrency", "1,2"])
+        .args(["--requests-per-level", "2", "--max-tokens", "16"])
+        .args(["--warmup-requests", "1", "--threads", "2", "--model-path"])
+        .arg(common::model_path())
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The levels ran alternately: baseline, candidate, baseline, candidate.
+    let sides: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let (side, rest) = l.split_once(' ')?;
+            let level = rest.trim_start().strip_prefix("C=")?.trim_start();
+            Some((side, level.split(' ').next()?))
+        })
+        .collect();
+    let names: Vec<String> = sides.iter().map(|(s, c)| format!("{s}@{c}")).collect();
+    assert_eq!(
+        names,
+        [
+            "baseline@1",
+            "ngram-adaptive@1",
+            "baseline@2",
+            "ngram-adaptive@2"
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains("candidate `ngram-adaptive` against baseline `baseline`"),
+        "{text}"
+    );
+    let row = Regex::new(
+        r"^  C=\s*(\d+) \| throughput:.* \| ok: 2/2 -> 2/2 \| accept n/a -> (\d+\.\d+)$",
+    )
+    .unwrap();
+    let rows: Vec<regex::Captures> = text.lines().filter_map(|l| row.captures(l)).collect();
+    assert_eq!(
+        rows.len(),
+        2,
+        "both levels, the candidate's accept length: {text}"
+    );
+    assert_eq!((&rows[0][1], &rows[1][1]), ("1", "2"), "{text}");
+    for r in &rows {
+        let accept: f64 = r[2].parse().unwrap();
+        assert!(accept >= 1.0, "tokens per verification pass: {text}");
+    }
 }

@@ -25,6 +25,9 @@ pub struct LeanUsage {
     pub prompt_tokens: Option<u64>,
     #[serde(default)]
     pub prompt_tokens_details: Option<LeanPromptDetails>,
+    /// Speculative decoding (SGLang's extension): tokens emitted per verification pass.
+    #[serde(default)]
+    pub spec_accept_length: Option<f64>,
 }
 
 #[derive(Deserialize)]

@@ -223,6 +223,9 @@ fn apply_event(data: &[u8], rec: &mut RequestRecord) -> Result<bool, (ErrorClass
         rec.prompt_tokens = usage.prompt_tokens;
         rec.cached_tokens = usage.prompt_tokens_details.and_then(|d| d.cached_tokens);
         rec.usage_reported = true;
+        if let Some(accept) = usage.spec_accept_length.filter(|a| a.is_finite()) {
+            rec.spec_accept_length = Some(accept);
+        }
     }
     let mut content = false;
     if let Some(choice) = chunk.choices.and_then(|c| c.0) {
@@ -341,6 +344,27 @@ mod tests {
         assert_eq!(rec.cached_tokens, Some(3));
         assert!(rec.usage_reported);
         assert_eq!(rec.finish_reason.as_deref(), Some("length"));
+        assert_eq!(rec.spec_accept_length, None, "no speculation reported");
+    }
+
+    #[test]
+    fn speculative_accept_length_comes_from_usage() {
+        let rec = applied(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"a b c"},"finish_reason":"length"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":9,"total_tokens":16,
+                "spec_accept_length":3.25}}"#,
+        ]);
+        assert_eq!(rec.spec_accept_length, Some(3.25));
+        let rec = applied(&[
+            r#"{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
+                "usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,
+                "spec_accept_length":1.5}}"#,
+        ]);
+        assert_eq!(rec.spec_accept_length, Some(1.5), "whole responses too");
+        let rec = applied(&[
+            r#"{"choices":[],"usage":{"completion_tokens":2,"spec_accept_length":null}}"#,
+        ]);
+        assert_eq!(rec.spec_accept_length, None);
     }
 
     #[test]

@@ -16,9 +16,9 @@ const MAX_SHAREGPT_PROMPT_CHARS: usize = 4_096;
 pub type LoadNote = String;
 
 pub fn load_file(path: &Path) -> Result<(Vec<Prompt>, Vec<LoadNote>), WorkloadError> {
-    let bytes = std::fs::read(path).map_err(|source| WorkloadError::Io {
+    let bytes = std::fs::read(path).map_err(|error| WorkloadError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
