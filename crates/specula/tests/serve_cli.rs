@@ -670,6 +670,26 @@ fn rewrite_prompt(i: usize) -> String {
     )
 }
 
+/// Eight greedy rewrite requests joining 40 ms apart, request i asking for `max_tokens(i)`
+/// tokens; their texts in order.
+async fn staggered(url: String, max_tokens: fn(usize) -> usize) -> Vec<Value> {
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let body = json!({"messages": [{"role": "user", "content": rewrite_prompt(i)}],
+                          "max_tokens": max_tokens(i), "temperature": 0, "ignore_eos": true});
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
+            post(&url, body).await.1["choices"][0]["message"]["content"].clone()
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
 #[tokio::test]
 async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
     let plain = Server::start(&[]);
@@ -693,21 +713,7 @@ async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
         let per_pass = b["usage"]["spec_accept_length"].as_f64().unwrap();
         assert!(per_pass > 1.0, "{b}");
     }
-    let run = |url: String| async move {
-        let mut tasks = Vec::new();
-        for i in 0..8 {
-            let (url, body) = (url.clone(), body(i, 32 + i));
-            tasks.push(tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
-                post(&url, body).await.1["choices"][0]["message"]["content"].clone()
-            }));
-        }
-        let mut out = Vec::new();
-        for t in tasks {
-            out.push(t.await.unwrap());
-        }
-        out
-    };
+    let run = |url: String| staggered(url, |i| 32 + i);
     let a = run(plain.url("/v1/chat/completions")).await;
     let b = run(spec.url("/v1/chat/completions")).await;
     assert_eq!(a, b);
@@ -755,21 +761,7 @@ async fn a_draft_model_gives_the_same_greedy_output_and_drafts_for_itself_perfec
     let per_pass = b["usage"]["spec_accept_length"].as_f64().unwrap();
     assert!(per_pass > 3.5, "{b}");
     // Eight at once, joining mid-way, with different lengths.
-    let run = |url: String| async move {
-        let mut tasks = Vec::new();
-        for i in 0..8 {
-            let (url, body) = (url.clone(), body(i, 20 + 3 * i));
-            tasks.push(tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
-                post(&url, body).await.1["choices"][0]["message"]["content"].clone()
-            }));
-        }
-        let mut out = Vec::new();
-        for t in tasks {
-            out.push(t.await.unwrap());
-        }
-        out
-    };
+    let run = |url: String| staggered(url, |i| 20 + 3 * i);
     assert_eq!(
         run(plain.url("/v1/chat/completions")).await,
         run(spec.url("/v1/chat/completions")).await
