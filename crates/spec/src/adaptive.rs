@@ -104,8 +104,13 @@ impl Default for Acceptance {
 impl Acceptance {
     /// After verifying `proposed` drafts of which the first `accepted` were taken.
     pub fn record(&mut self, proposed: usize, accepted: usize) {
-        self.accepted = self.accepted * 0.9 + accepted as f64;
-        self.rejected = self.rejected * 0.9 + f64::from(u8::from(accepted < proposed));
+        self.record_forgetting(proposed, accepted, 0.9);
+    }
+
+    /// [`Acceptance::record`], the old evidence weighted by `forget` first.
+    fn record_forgetting(&mut self, proposed: usize, accepted: usize, forget: f64) {
+        self.accepted = self.accepted * forget + accepted as f64;
+        self.rejected = self.rejected * forget + f64::from(u8::from(accepted < proposed));
     }
 
     /// A step without speculation: the evidence fades towards the prior, slowly (a sequence
@@ -125,8 +130,8 @@ impl Acceptance {
 /// than one found on a single token, and a request's own average mixes both regimes.
 #[derive(Debug, Clone)]
 pub struct MatchAcceptance {
-    /// Index: match length (1…), the last bucket also holding longer matches.
-    buckets: Vec<(f64, f64)>,
+    /// Index: match length - 1, the last bucket also holding longer matches.
+    buckets: Vec<Acceptance>,
 }
 
 /// Forgetting per observation of a bucket: about the last few hundred drafts count.
@@ -135,26 +140,23 @@ const MATCH_FORGET: f64 = 0.995;
 impl MatchAcceptance {
     pub fn new(max_match: usize) -> Self {
         Self {
-            buckets: vec![(PRIOR_ACCEPTED, PRIOR_REJECTED); max_match.max(1)],
+            buckets: vec![Acceptance::default(); max_match.max(1)],
         }
     }
 
-    fn bucket(&mut self, matched: usize) -> &mut (f64, f64) {
-        let last = self.buckets.len() - 1;
-        &mut self.buckets[matched.saturating_sub(1).min(last)]
+    fn index(&self, matched: usize) -> usize {
+        matched.saturating_sub(1).min(self.buckets.len() - 1)
     }
 
     /// The chance that each successive draft of a `matched`-token match is accepted.
-    pub fn alpha(&mut self, matched: usize) -> f64 {
-        let (a, r) = *self.bucket(matched);
-        a / (a + r)
+    pub fn alpha(&self, matched: usize) -> f64 {
+        self.buckets[self.index(matched)].alpha()
     }
 
     /// After verifying `proposed` drafts of a `matched`-token match, the first `accepted` taken.
     pub fn record(&mut self, matched: usize, proposed: usize, accepted: usize) {
-        let b = self.bucket(matched);
-        b.0 = b.0 * MATCH_FORGET + accepted as f64;
-        b.1 = b.1 * MATCH_FORGET + f64::from(u8::from(accepted < proposed));
+        let i = self.index(matched);
+        self.buckets[i].record_forgetting(proposed, accepted, MATCH_FORGET);
     }
 }
 

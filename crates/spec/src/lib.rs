@@ -27,6 +27,17 @@ pub enum Algorithm {
     Standalone,
 }
 
+/// The flag's spelling: `NONE`, `NGRAM`, `STANDALONE`.
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "NONE",
+            Self::Ngram => "NGRAM",
+            Self::Standalone => "STANDALONE",
+        })
+    }
+}
+
 impl std::str::FromStr for Algorithm {
     type Err = String;
 

@@ -50,20 +50,29 @@ impl NgramProposer {
         if max == 0 || len < 2 {
             return None;
         }
-        // Longest suffix first; for each, the most recent earlier occurrence.
-        for n in (self.min_window..=self.max_window.min(len - 1)).rev() {
-            let suffix = &tokens[len - n..];
-            // Occurrences ending before the suffix itself starts to overlap its end.
-            let found = (0..len - n)
-                .rev()
-                .find(|&start| &tokens[start..start + n] == suffix);
-            if let Some(start) = found {
-                let from = start + n;
-                let to = (from + max).min(len);
-                return Some((tokens[from..to].to_vec(), n));
+        // One pass over the earlier occurrences of the last token, most recent first, measuring
+        // how far back each matches the sequence's suffix: the longest match wins, the most
+        // recent among equals (what trying the longest window first would find).
+        let cap = self.max_window.min(len - 1);
+        let last = tokens[len - 1];
+        let mut best: Option<(usize, usize)> = None; // (match length, end of the occurrence)
+        for end in (1..len).rev() {
+            if tokens[end - 1] != last {
+                continue;
+            }
+            let n = (1..=cap.min(end))
+                .take_while(|&k| tokens[end - k] == tokens[len - k])
+                .count();
+            if n >= self.min_window && best.is_none_or(|(m, _)| n > m) {
+                best = Some((n, end));
+                if n == cap {
+                    break;
+                }
             }
         }
-        None
+        let (n, from) = best?;
+        let to = (from + max).min(len);
+        Some((tokens[from..to].to_vec(), n))
     }
 }
 
@@ -99,7 +108,42 @@ mod tests {
         assert!(NgramProposer::new(4, 3).is_err());
     }
 
+    /// The definition: for each window, longest first, the most recent earlier occurrence.
+    fn lookup_by_windows(
+        p: &NgramProposer,
+        tokens: &[u32],
+        max: usize,
+    ) -> Option<(Vec<u32>, usize)> {
+        let len = tokens.len();
+        if max == 0 || len < 2 {
+            return None;
+        }
+        for n in (p.min_window..=p.max_window.min(len - 1)).rev() {
+            let suffix = &tokens[len - n..];
+            let found = (0..len - n)
+                .rev()
+                .find(|&start| &tokens[start..start + n] == suffix);
+            if let Some(start) = found {
+                let to = (start + n + max).min(len);
+                return Some((tokens[start + n..to].to_vec(), n));
+            }
+        }
+        None
+    }
+
     proptest::proptest! {
+        /// The one-pass search finds what trying each window in turn finds.
+        #[test]
+        fn one_pass_equals_window_by_window(
+            tokens in proptest::collection::vec(0u32..3, 0..80),
+            max in 0usize..8,
+            min in 1usize..4,
+            extra in 0usize..6,
+        ) {
+            let p = NgramProposer::new(min, min + extra).unwrap();
+            proptest::prop_assert_eq!(p.lookup(&tokens, max), lookup_by_windows(&p, &tokens, max));
+        }
+
         /// Whatever it proposes continues an earlier occurrence of the sequence's suffix.
         #[test]
         fn drafts_copy_an_earlier_continuation(

@@ -159,7 +159,7 @@ impl DemoArgs {
             ..ServeArgs::default()
         };
         if let Some(algorithm) = algorithm {
-            args.speculative_algorithm = Some(format!("{algorithm:?}").to_uppercase());
+            args.speculative_algorithm = Some(algorithm.to_string());
             args.speculative_adaptive = !self.spec_fixed;
             args.speculative_num_draft_tokens = self.spec_num_draft_tokens;
             if algorithm == spec::Algorithm::Standalone {
@@ -221,10 +221,9 @@ async fn compare_spec(args: &DemoArgs, flags: &RunArgs) -> Result<(), Failure> {
         .speculative
         .ok_or_else(|| anyhow!("the candidate's settings lost speculation"))?;
     let policy = if spec.adaptive { "adaptive" } else { "fixed" };
-    let cand_label = format!("{algorithm:?}-{policy}").to_lowercase();
+    let cand_label = format!("{algorithm}-{policy}").to_lowercase();
     let cand_about = format!(
-        "{}, up to {} draft tokens, {policy} policy",
-        format!("{algorithm:?}").to_uppercase(),
+        "{algorithm}, up to {} draft tokens, {policy} policy",
         spec.num_draft_tokens
     );
 

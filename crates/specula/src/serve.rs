@@ -309,7 +309,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
     info["speculative"] = match &cfg.speculative {
         None => "NONE".into(),
         Some(spec) => serde_json::json!({
-            "algorithm": format!("{:?}", spec.algorithm).to_uppercase(),
+            "algorithm": spec.algorithm.to_string(),
             "draft_model_path": cfg.speculative_draft_model_path,
             "num_draft_tokens": spec.num_draft_tokens,
             "ngram_match_window": [spec.ngram_min_window, spec.ngram_max_window],
@@ -417,13 +417,13 @@ fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
         block_size: BLOCK_SIZE,
         speculative: s.speculative,
     };
-    let draft = match &s.speculative_draft_model_path {
-        Some(p) => Some(
-            Model::load(p)
-                .with_context(|| format!("cannot load the draft model {}", p.display()))?,
-        ),
-        None => None,
-    };
+    let draft = s
+        .speculative_draft_model_path
+        .as_deref()
+        .map(|p| {
+            Model::load(p).with_context(|| format!("cannot load the draft model {}", p.display()))
+        })
+        .transpose()?;
     let eog = tokenizer.eog_ids().to_vec();
     let engine = engine::start(model, draft, config, eog).context("cannot start the engine")?;
     Ok(Loaded {
