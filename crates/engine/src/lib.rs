@@ -43,6 +43,11 @@ pub struct SpecConfig {
     pub algorithm: spec::Algorithm,
     /// `--speculative-num-draft-tokens`: drafts a sequence verifies per step at most.
     pub num_draft_tokens: usize,
+    /// `--speculative-eagle-topk`: candidates per draft-tree node (1 = chains).
+    pub topk: usize,
+    /// `--speculative-num-steps`: levels of a draft model's tree (its chains are
+    /// `num_draft_tokens` long).
+    pub num_steps: usize,
     /// `--speculative-ngram-min-match-window` / `--speculative-ngram-max-match-window`.
     pub ngram_min_window: usize,
     pub ngram_max_window: usize,
@@ -108,6 +113,9 @@ pub enum TokenEvent {
         /// The chosen token's log-probability and the top ones, when asked for.
         logprob: Option<f32>,
         top_logprobs: Vec<(u32, f32)>,
+        /// With speculation: tokens emitted per verification pass so far (what `Finished`
+        /// reports at the end; a request the caller stops early has it from here).
+        spec_accept_length: Option<f32>,
     },
     Finished {
         reason: FinishReason,
@@ -227,9 +235,11 @@ pub fn start(
     if let Some(spec) = &config.speculative {
         spec::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
             .map_err(StartError::Config)?;
-        if spec.num_draft_tokens == 0 {
+        if spec.num_draft_tokens == 0 || spec.topk == 0 || spec.num_steps == 0 {
             return Err(StartError::Config(
-                "--speculative-num-draft-tokens must be at least 1".into(),
+                "--speculative-num-draft-tokens, --speculative-eagle-topk and \
+                 --speculative-num-steps must be at least 1"
+                    .into(),
             ));
         }
         match (spec.algorithm, &draft) {

@@ -19,6 +19,7 @@ pub struct EngineStats {
     spec_proposed: AtomicU64,
     spec_accepted: AtomicU64,
     spec_verifications: AtomicU64,
+    spec_tree_verifications: AtomicU64,
     spec_steps_on: AtomicU64,
     spec_steps_off: AtomicU64,
     /// Verifications by drafts accepted (the last bucket counts that many or more).
@@ -53,6 +54,8 @@ pub struct StatsSnapshot {
     pub spec_proposed: u64,
     pub spec_accepted: u64,
     pub spec_verifications: u64,
+    /// Verifications of a draft tree with branches (more than one candidate somewhere).
+    pub spec_tree_verifications: u64,
     /// Steps with at least one sequence speculating, and decode steps with none.
     pub spec_steps_on: u64,
     pub spec_steps_off: u64,
@@ -79,6 +82,7 @@ impl EngineStats {
             spec_proposed: self.spec_proposed.load(Relaxed),
             spec_accepted: self.spec_accepted.load(Relaxed),
             spec_verifications: self.spec_verifications.load(Relaxed),
+            spec_tree_verifications: self.spec_tree_verifications.load(Relaxed),
             spec_steps_on: self.spec_steps_on.load(Relaxed),
             spec_steps_off: self.spec_steps_off.load(Relaxed),
             accept_hist: std::array::from_fn(|i| self.accept_hist[i].load(Relaxed)),
@@ -128,7 +132,10 @@ impl EngineStats {
         self.steps.fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn add_verification(&self, proposed: usize, accepted: usize) {
+    pub(crate) fn add_verification(&self, proposed: usize, accepted: usize, branched: bool) {
+        if branched {
+            self.spec_tree_verifications.fetch_add(1, Relaxed);
+        }
         self.spec_proposed.fetch_add(proposed as u64, Relaxed);
         self.spec_accepted.fetch_add(accepted as u64, Relaxed);
         self.spec_verifications.fetch_add(1, Relaxed);

@@ -5,11 +5,11 @@ use crate::{Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, T
 use kvcache::BlockPool;
 use model::sampler::Sampled;
 use model::sampler::Sampler;
-use model::{LogitsFor, Model, Runner, SeqInput};
+use model::{LogitsFor, Model, Runner, SeqInput, Tree};
 use scheduler::{Scheduler, SchedulerConfig, SeqId, StepPlan};
 use spec::{
-    Acceptance, Algorithm, CostModel, DraftModel, DraftRequest, MatchAcceptance, NgramProposer,
-    Policy, PolicyConfig,
+    Acceptance, Algorithm, CostModel, DraftModel, DraftRequest, DraftTree, MatchAcceptance,
+    NgramProposer, Policy, PolicyConfig,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +41,9 @@ enum Drafter {
 struct Speculation {
     policy: Policy,
     drafter: Drafter,
+    /// Draft-tree shape: candidates per node (1 = chains) and, for a draft model, levels.
+    topk: usize,
+    num_steps: usize,
     adaptive: bool,
     cost: CostModel,
     /// Work of a row that needs logits, relative to one that does not (1 + κ).
@@ -57,7 +60,7 @@ struct Candidate {
     id: SeqId,
     /// Drafts it may take (prompt lookup: the drafts themselves, proposed up front).
     max: usize,
-    drafts: Vec<u32>,
+    drafts: DraftTree,
     alpha: f64,
 }
 
@@ -70,7 +73,7 @@ fn logits_weight(c: &model::ModelConfig) -> f64 {
 
 /// A plan's work: rows, plus κ for each row that needs logits (every row of a sequence with
 /// drafts; the last row of others that want logits).
-fn plan_work(plan: &StepPlan, kappa: f64, drafted: &HashMap<SeqId, Vec<u32>>) -> f64 {
+fn plan_work(plan: &StepPlan, kappa: f64, drafted: &HashMap<SeqId, DraftTree>) -> f64 {
     plan.batch
         .iter()
         .map(|b| {
@@ -122,6 +125,8 @@ impl Engine {
                         .expect("start() validated the windows"),
                 ),
             },
+            topk: c.topk,
+            num_steps: c.num_steps,
             adaptive: c.adaptive,
             cost: CostModel::default(),
             logit_work: 1.0 + logits_weight(&model.config),
@@ -266,7 +271,7 @@ impl Engine {
 
     /// Drafts for the plan's decoding sequences, as the policy allows; each accepted into the
     /// plan by the scheduler (KV slots reserved) is returned with its sequence.
-    fn propose(&mut self, plan: &mut StepPlan) -> HashMap<SeqId, Vec<u32>> {
+    fn propose(&mut self, plan: &mut StepPlan) -> HashMap<SeqId, DraftTree> {
         let mut out = HashMap::new();
         let Some(spec) = self.speculation.as_mut() else {
             return out;
@@ -300,14 +305,19 @@ impl Engine {
             }
             let (drafts, alpha) = match &mut spec.drafter {
                 Drafter::Ngram(p) => {
-                    let seq = self.scheduler.get(id).expect("scheduled");
-                    let Some((d, matched)) = p.lookup(seq.tokens(), max) else {
+                    let tokens = self.scheduler.get(id).expect("scheduled").tokens();
+                    let found = if spec.topk == 1 {
+                        p.lookup(tokens, max).map(|(d, n)| (DraftTree::chain(d), n))
+                    } else {
+                        p.lookup_tree(tokens, max, spec.topk)
+                    };
+                    let Some((d, matched)) = found else {
                         continue;
                     };
                     spec.matched.insert(id, matched);
                     (d, spec.by_match.alpha(matched))
                 }
-                Drafter::Model(_) => (Vec::new(), a.acceptance.alpha()),
+                Drafter::Model(_) => (DraftTree::default(), a.acceptance.alpha()),
             };
             candidates.push(Candidate {
                 id,
@@ -335,8 +345,14 @@ impl Engine {
         candidates.retain(|c| c.max > 0);
         if let Drafter::Model(draft) = &mut spec.drafter {
             // The draft model writes KV for its drafts into the sequence's blocks: reserve
-            // them first, then draft for every sequence in one batched pass per round.
-            candidates.retain(|c| self.scheduler.reserve_drafts(plan, c.id, c.max));
+            // them first, then draft for every sequence in one batched pass per round. A chain
+            // is `max` levels deep; a tree `num_steps`, its best `max` nodes verified.
+            let (topk, num_steps) = (spec.topk, spec.num_steps);
+            let depth = |max: usize| if topk == 1 { max } else { num_steps.min(max) };
+            candidates.retain(|c| {
+                let slots = DraftRequest::slots(depth(c.max), topk, c.max);
+                self.scheduler.reserve_drafts(plan, c.id, slots)
+            });
             let tables: Vec<Vec<u32>> = candidates
                 .iter()
                 .map(|c| self.scheduler.get(c.id).expect("running").block_ids())
@@ -348,13 +364,15 @@ impl Engine {
                     key: c.id.0,
                     tokens: self.scheduler.get(c.id).expect("running").tokens(),
                     blocks,
-                    drafts: c.max,
+                    depth: depth(c.max),
+                    width: topk,
+                    nodes: c.max,
                 })
                 .collect();
             let started = Instant::now();
             match draft.propose(&requests) {
                 Ok(drafts) => {
-                    let n: usize = drafts.iter().map(Vec::len).sum();
+                    let n: usize = drafts.iter().map(DraftTree::len).sum();
                     if n > 0 {
                         let per_token = started.elapsed().as_secs_f64() / n as f64;
                         spec.draft_seconds = if spec.draft_seconds == 0.0 {
@@ -371,7 +389,7 @@ impl Engine {
                     tracing::error!("the draft model failed: {e}");
                     for c in &mut candidates {
                         draft.forget(c.id.0);
-                        c.drafts.clear();
+                        c.drafts = DraftTree::default();
                     }
                 }
             }
@@ -380,10 +398,13 @@ impl Engine {
             if c.drafts.is_empty() {
                 continue;
             }
-            if self.scheduler.add_drafts(plan, c.id, &c.drafts) {
+            if self.scheduler.add_drafts(plan, c.id, c.drafts.tokens()) {
                 out.insert(c.id, c.drafts);
-            } else if let Drafter::Model(d) = &mut spec.drafter {
-                d.resolve(c.id.0, 0);
+            } else if let Drafter::Model(d) = &mut spec.drafter
+                && let Err(e) = d.resolve(c.id.0, &[])
+            {
+                tracing::error!("the draft model failed: {e}");
+                d.forget(c.id.0);
             }
         }
         // Sequences that did not speculate drift back towards trying again.
@@ -398,7 +419,7 @@ impl Engine {
 
     /// One forward pass over the plan, then sampling (or verifying drafts) for the sequences
     /// that asked for logits.
-    fn step(&mut self, plan: &StepPlan, mut drafts: HashMap<SeqId, Vec<u32>>) {
+    fn step(&mut self, plan: &StepPlan, mut drafts: HashMap<SeqId, DraftTree>) {
         let blocks: Vec<Vec<u32>> = plan
             .batch
             .iter()
@@ -421,6 +442,11 @@ impl Engine {
                     } else {
                         LogitsFor::None
                     },
+                    // A chain needs no tree attention: its rows are consecutive positions.
+                    tree: drafts.get(&b.id).filter(|t| !t.is_chain()).map(|t| Tree {
+                        root: b.start,
+                        parents: t.parents(),
+                    }),
                 }
             })
             .collect();
@@ -461,32 +487,62 @@ impl Engine {
             let Some(a) = self.active.get_mut(&b.id) else {
                 continue;
             };
-            // Row j follows the j-th fed token: verify draft j on it; the row after the last
-            // accepted draft gives one more token of the model's own.
-            let mut emitted: Vec<Sampled> = Vec::with_capacity(draft.len() + 1);
-            let mut accepted = 0;
-            for j in 0..=draft.len() {
-                let mut row = logits.row(i, if draft.is_empty() { 0 } else { j }).to_vec();
-                if j < draft.len() {
-                    let (s, ok) = a.sampler.verify(&mut row, draft[j], a.request.logprobs);
-                    emitted.push(s);
-                    if !ok {
-                        break;
-                    }
-                    accepted += 1;
-                } else {
+            // Row n is draft node n (row 0 the sequence's last token): walk down from the root,
+            // verifying each node's children on its row and following the one the target
+            // chose; the row where the walk stops gives one more token of the model's own.
+            let mut emitted: Vec<Sampled> = Vec::with_capacity(draft.depth(draft.len()) + 1);
+            let mut path: Vec<usize> = Vec::new();
+            let mut node = 0;
+            loop {
+                let mut row = logits.row(i, node).to_vec();
+                let children = draft.children(node);
+                if children.is_empty() {
                     emitted.push(a.sampler.sample(&mut row, a.request.logprobs));
+                    break;
+                }
+                let tokens: Vec<u32> = children.iter().map(|&c| draft.token(c)).collect();
+                let (s, which) = a.sampler.verify(&mut row, &tokens, a.request.logprobs);
+                emitted.push(s);
+                match which {
+                    Some(w) => {
+                        node = children[w];
+                        path.push(node);
+                    }
+                    None => break,
                 }
             }
             if !draft.is_empty() {
+                let accepted = path.len();
                 a.verifications += 1;
                 a.verified_tokens += emitted.len();
                 a.acceptance.record(draft.len(), accepted);
-                self.stats.add_verification(draft.len(), accepted);
-                self.scheduler.resolve_drafts(b.id, accepted);
+                self.stats
+                    .add_verification(draft.len(), accepted, !draft.is_chain());
+                // The accepted branch's KV moves to consecutive slots after the root.
+                let moved = path
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, &n)| n != k + 1)
+                    .try_for_each(|(k, &n)| {
+                        self.runner
+                            .move_kv(&blocks[i], b.start + n, b.start + k + 1)
+                    });
+                if let Err(e) = moved {
+                    tracing::error!("moving verified KV failed: {e}");
+                    self.fail(b.id, &format!("the forward pass failed: {e}"));
+                    continue;
+                }
+                let kept: Vec<usize> = path.iter().map(|n| n - 1).collect();
+                self.scheduler.resolve_drafts(b.id, &kept);
                 if let Some(spec) = self.speculation.as_mut() {
                     match &mut spec.drafter {
-                        Drafter::Model(d) => d.resolve(b.id.0, accepted),
+                        Drafter::Model(d) => {
+                            let tokens: Vec<u32> = path.iter().map(|&n| draft.token(n)).collect();
+                            if let Err(e) = d.resolve(b.id.0, &tokens) {
+                                tracing::error!("the draft model failed: {e}");
+                                d.forget(b.id.0);
+                            }
+                        }
                         Drafter::Ngram(_) => {
                             if let Some(n) = spec.matched.get(&b.id) {
                                 spec.by_match.record(*n, draft.len(), accepted);
@@ -519,11 +575,14 @@ impl Engine {
         let token = sampled.token;
         let is_stop = (!a.request.ignore_eos && self.end_of_generation.contains(&token))
             || a.request.stop_token_ids.contains(&token);
+        let spec_accept_length =
+            (a.verifications > 0).then(|| a.verified_tokens as f32 / a.verifications as f32);
         let _ = a.events.send(TokenEvent::Token {
             id: token,
             is_stop,
             logprob: sampled.logprob,
             top_logprobs: sampled.top,
+            spec_accept_length,
         });
         let reason = if is_stop {
             FinishReason::Stop
@@ -536,8 +595,7 @@ impl Engine {
             reason,
             prompt_tokens: a.request.prompt.len(),
             completion_tokens: a.generated,
-            spec_accept_length: (a.verifications > 0)
-                .then(|| a.verified_tokens as f32 / a.verifications as f32),
+            spec_accept_length,
         };
         let events = a.events.clone();
         self.end(id);

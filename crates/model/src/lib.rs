@@ -10,7 +10,7 @@ pub mod sampler;
 pub mod weights;
 
 pub use config::ModelConfig;
-pub use runner::{Logits, LogitsFor, Model, Runner, SeqInput};
+pub use runner::{Logits, LogitsFor, Model, Runner, SeqInput, Tree};
 
 /// Why a model cannot be loaded or run.
 #[derive(Debug, thiserror::Error)]

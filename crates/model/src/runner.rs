@@ -53,15 +53,43 @@ pub enum LogitsFor {
     None,
 }
 
+/// A draft tree (speculative decoding with several candidates per step). Node `n` is stored in
+/// KV slot `root + n` and sits at position `root + depth(n)`; it attends to the sequence before
+/// `root` and to its own ancestors, so its result is that of decoding its path alone.
+#[derive(Debug, Clone, Copy)]
+pub struct Tree<'a> {
+    /// The root's position: the sequence's tokens before it are ordinary context.
+    pub root: usize,
+    /// Each node's parent (`parents[0]`, the root's, is ignored); parents precede children.
+    pub parents: &'a [usize],
+}
+
+impl Tree<'_> {
+    /// Node `n`'s ancestors, root first, `n` last.
+    pub fn path(&self, n: usize) -> Vec<usize> {
+        let mut path = vec![n];
+        let mut at = n;
+        while at != 0 {
+            at = self.parents[at];
+            path.push(at);
+        }
+        path.reverse();
+        path
+    }
+}
+
 /// One sequence's part of a batch.
 #[derive(Debug, Clone, Copy)]
 pub struct SeqInput<'a> {
-    /// New tokens, at positions `start_pos..start_pos + tokens.len()`.
+    /// New tokens, in KV slots `start_pos..start_pos + tokens.len()` (at those positions, unless
+    /// they are nodes of a tree).
     pub tokens: &'a [u32],
     pub start_pos: usize,
-    /// KV blocks of the sequence, covering every position up to the last new token.
+    /// KV blocks of the sequence, covering every slot up to the last new token.
     pub blocks: &'a [u32],
     pub logits: LogitsFor,
+    /// The new tokens are nodes `start_pos - root ..` of this tree.
+    pub tree: Option<Tree<'a>>,
 }
 
 /// Logits of a forward pass: `rows` × vocab, in batch order; `ranges[i]` are sequence i's rows.
@@ -122,6 +150,39 @@ impl Runner {
         (self.keys.len() + self.values.len()) * std::mem::size_of::<f32>()
     }
 
+    /// Copies the keys and values in slot `from` to slot `to` of the same block table, in every
+    /// layer: the accepted path of a draft tree is moved into consecutive positions this way.
+    pub fn move_kv(&mut self, blocks: &[u32], from: usize, to: usize) -> Result<(), ModelError> {
+        let bs = self.shape.block_size;
+        let outside = |slot: usize| {
+            blocks
+                .get(slot / bs)
+                .is_none_or(|&b| b as usize >= self.n_blocks)
+        };
+        if outside(from) || outside(to) {
+            return Err(ModelError::BadBatch(format!(
+                "KV move {from} → {to} outside the sequence's blocks"
+            )));
+        }
+        let (shape, layer_stride) = (self.shape, self.n_blocks * self.shape.block_stride());
+        for l in 0..self.keys.len() / layer_stride {
+            let base = l * layer_stride;
+            for kvh in 0..shape.n_kv_heads {
+                for d in 0..shape.head_dim {
+                    self.keys[base + shape.key_index(blocks, to, kvh, d)] =
+                        self.keys[base + shape.key_index(blocks, from, kvh, d)];
+                }
+            }
+            let (src, dst) = (
+                base + shape.value_index(blocks, from, 0, 0),
+                base + shape.value_index(blocks, to, 0, 0),
+            );
+            self.values
+                .copy_within(src..src + shape.token_stride(), dst);
+        }
+        Ok(())
+    }
+
     fn check(&self, model: &Model, seqs: &[SeqInput<'_>]) -> Result<(), ModelError> {
         for (i, s) in seqs.iter().enumerate() {
             let end = s.start_pos + s.tokens.len();
@@ -142,6 +203,19 @@ impl Runner {
                     s.blocks.len(),
                     s.blocks.len() * self.shape.block_size
                 )));
+            }
+            if let Some(tree) = s.tree {
+                let nodes = end.saturating_sub(tree.root);
+                if s.start_pos < tree.root || tree.parents.len() < nodes {
+                    return Err(ModelError::BadBatch(format!(
+                        "sequence {i}'s tree does not cover its new tokens"
+                    )));
+                }
+                if (1..nodes).any(|n| tree.parents[n] >= n) {
+                    return Err(ModelError::BadBatch(format!(
+                        "sequence {i}'s tree has a node before its parent"
+                    )));
+                }
             }
             if let Some(b) = s.blocks.iter().find(|&&b| b as usize >= self.n_blocks) {
                 return Err(ModelError::BadBatch(format!(

@@ -175,7 +175,7 @@ impl Sampler {
     /// only as many of the most likely tokens as it takes to reach `top_p`.
     fn draw(&mut self, logits: &[f32]) -> u32 {
         let total = self.candidates(logits);
-        self.pick(total, None)
+        self.pick(total, &[])
     }
 
     /// Fills `probs` with the tokens the filters keep and their unnormalised weights; returns
@@ -227,52 +227,57 @@ impl Sampler {
     }
 
     /// Draws from `probs` (weights summing to `total`), leaving out `skip`.
-    fn pick(&mut self, total: f32, skip: Option<u32>) -> u32 {
+    fn pick(&mut self, total: f32, skip: &[u32]) -> u32 {
         let mut r = self.next_uniform() * total;
         let mut last = None;
-        for &(t, q) in self.probs.iter().filter(|&&(t, _)| Some(t) != skip) {
+        for &(t, q) in self.probs.iter().filter(|&&(t, _)| !skip.contains(&t)) {
             if r < q {
                 return t;
             }
             r -= q;
             last = Some(t);
         }
-        last.or(skip).unwrap_or(0)
+        last.or(skip.first().copied()).unwrap_or(0)
     }
 
-    /// Speculative verification of one draft token: the token this position emits, and whether
-    /// it is the draft. Greedy: the draft is accepted when it is the argmax. Sampling: accepted
-    /// with the probability the target gives it; on rejection the token comes from the target's
-    /// distribution without the draft (rejection sampling with a deterministic draft), so the
-    /// emitted token is distributed exactly as [`Sampler::sample`]'s. Records the token like
-    /// `sample` does, so penalties see the same history.
+    /// Speculative verification of a draft-tree node's candidate next tokens (one for a chain):
+    /// the token this position emits, and which candidate it is, if any. Greedy: the argmax.
+    /// Sampling: each candidate in turn is accepted with its probability among what earlier
+    /// rejections left; when all are rejected the token comes from the target's distribution
+    /// without them (rejection sampling with deterministic drafts, SpecInfer's multi-candidate
+    /// form), so the emitted token is distributed exactly as [`Sampler::sample`]'s. Records the
+    /// token like `sample` does, so penalties see the same history.
     pub fn verify(
         &mut self,
         logits: &mut [f32],
-        draft: u32,
+        drafts: &[u32],
         logprobs: Option<usize>,
-    ) -> (Sampled, bool) {
+    ) -> (Sampled, Option<usize>) {
         if self.params.temperature < MIN_TEMPERATURE {
             let s = self.sample(logits, logprobs);
-            let accepted = s.token == draft;
+            let accepted = drafts.iter().position(|&d| d == s.token);
             return (s, accepted);
         }
         self.apply_penalties(logits);
-        let total = self.candidates(logits);
-        let q = self
-            .probs
-            .iter()
-            .find(|&&(t, _)| t == draft)
-            .map_or(0.0, |&(_, q)| q);
-        let accepted = self.next_uniform() * total < q;
-        let token = if accepted {
-            draft
-        } else if q >= total {
-            // The draft was the only candidate (rounding): it is the token after all.
-            draft
-        } else {
-            self.pick(total - q, Some(draft))
-        };
+        let mut rest = self.candidates(logits);
+        let mut token = None;
+        for (i, &draft) in drafts.iter().enumerate() {
+            if drafts[..i].contains(&draft) {
+                continue;
+            }
+            let q = self
+                .probs
+                .iter()
+                .find(|&&(t, _)| t == draft)
+                .map_or(0.0, |&(_, q)| q);
+            // q ≥ rest: the draft is all the mass left (up to rounding), accepted for sure.
+            if self.next_uniform() * rest < q || (q > 0.0 && q >= rest) {
+                token = Some(draft);
+                break;
+            }
+            rest -= q;
+        }
+        let token = token.unwrap_or_else(|| self.pick(rest, drafts));
         *self.output_counts.entry(token).or_insert(0) += 1;
         let (top, logprob) = match logprobs {
             Some(n) => {
@@ -287,7 +292,7 @@ impl Sampler {
                 logprob,
                 top,
             },
-            token == draft,
+            drafts.iter().position(|&d| d == token),
         )
     }
 }
@@ -301,6 +306,12 @@ pub fn argmax(logits: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// The `n` most likely tokens (most likely first, lower id among equals) with their
+/// log-probabilities.
+pub fn top_logprobs(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
+    log_probs(logits, n).0
 }
 
 /// The `n` most likely tokens with log-probabilities, and a function from a logit to its
@@ -546,10 +557,10 @@ mod tests {
             let mut counts = [0usize; 4];
             let mut accepted = 0;
             for _ in 0..n {
-                let (t, ok) = s.verify(&mut logits.clone(), draft, None);
+                let (t, ok) = s.verify(&mut logits.clone(), &[draft], None);
                 counts[t.token as usize] += 1;
-                accepted += usize::from(ok);
-                assert_eq!(ok, t.token == draft);
+                accepted += usize::from(ok.is_some());
+                assert_eq!(ok.is_some(), t.token == draft);
             }
             for (i, &c) in counts.iter().enumerate() {
                 let want = (i + 1) as f64 / 10.0;
@@ -563,9 +574,42 @@ mod tests {
         }
         // Greedy: accepted exactly when the draft is the argmax.
         let mut g = Sampler::new(SamplingParams::greedy(), &[]);
-        assert!(g.verify(&mut logits.clone(), 3, None).1);
-        let (t, ok) = g.verify(&mut logits.clone(), 1, None);
-        assert!(!ok);
+        assert_eq!(g.verify(&mut logits.clone(), &[3], None).1, Some(0));
+        let (t, ok) = g.verify(&mut logits.clone(), &[1], None);
+        assert_eq!(ok, None);
         assert_eq!(t.token, 3);
+        assert_eq!(g.verify(&mut logits.clone(), &[1, 3], None).1, Some(1));
+    }
+
+    #[test]
+    fn several_candidates_keep_the_target_distribution() {
+        // Target 0.1, 0.2, 0.3, 0.4; a node with candidates [1, 3] (and a repeated one) must
+        // still emit each token with exactly its probability, accepting candidate i when the
+        // token is candidate i.
+        let logits = [1.0f32.ln(), 2.0f32.ln(), 3.0f32.ln(), 4.0f32.ln()];
+        for drafts in [vec![1u32, 3], vec![3, 0, 2], vec![2, 2, 1]] {
+            let mut s = Sampler::new(
+                SamplingParams {
+                    temperature: 1.0,
+                    seed: 5,
+                    ..Default::default()
+                },
+                &[],
+            );
+            let n = 40_000;
+            let mut counts = [0usize; 4];
+            for _ in 0..n {
+                let (t, which) = s.verify(&mut logits.clone(), &drafts, None);
+                counts[t.token as usize] += 1;
+                assert_eq!(which, drafts.iter().position(|&d| d == t.token));
+            }
+            for (i, &c) in counts.iter().enumerate() {
+                let want = (i + 1) as f64 / 10.0;
+                assert!(
+                    (c as f64 / n as f64 - want).abs() < 0.01,
+                    "drafts {drafts:?}: {counts:?}"
+                );
+            }
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use model::{LogitsFor, Model, Runner, SeqInput};
+use model::{LogitsFor, Model, Runner, SeqInput, Tree};
 
 const BLOCK: usize = 16;
 
@@ -45,6 +45,7 @@ fn alone(model: &Model, prompt: &[u32], steps: usize) -> Vec<Vec<u32>> {
             start_pos: start,
             blocks: &table,
             logits: LogitsFor::Last,
+            tree: None,
         };
         let logits = runner.forward(model, &[input]).unwrap();
         let last = logits.last(0);
@@ -84,6 +85,7 @@ fn batched_decoding_is_bitwise_identical_to_decoding_alone() {
                 start_pos: done[i],
                 blocks: &tables[i],
                 logits: LogitsFor::Last,
+                tree: None,
             })
             .collect();
         let logits = runner.forward(&model, &inputs).unwrap();
@@ -120,6 +122,7 @@ fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
                 start_pos: 0,
                 blocks: &table,
                 logits: LogitsFor::All,
+                tree: None,
             }],
         )
         .unwrap();
@@ -134,6 +137,7 @@ fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
                     start_pos: pos,
                     blocks: &table,
                     logits: LogitsFor::Last,
+                    tree: None,
                 }],
             )
             .unwrap();
@@ -153,27 +157,126 @@ fn bad_batches_are_errors_not_panics() {
             start_pos: 0,
             blocks: &table,
             logits: LogitsFor::Last,
+            tree: None,
         },
         SeqInput {
             tokens: &[1],
             start_pos: 0,
             blocks: &[7],
             logits: LogitsFor::Last,
+            tree: None,
         },
         SeqInput {
             tokens: &[1_000_000],
             start_pos: 0,
             blocks: &table,
             logits: LogitsFor::Last,
+            tree: None,
         },
         SeqInput {
             tokens: &[],
             start_pos: 0,
             blocks: &table,
             logits: LogitsFor::Last,
+            tree: None,
         },
     ];
     for case in cases {
         assert!(runner.forward(&model, &[case]).is_err());
     }
+}
+
+/// Logits of the last of `tokens`, computed in one forward pass of a fresh runner.
+fn last_logits(model: &Model, tokens: &[u32]) -> Vec<u32> {
+    let mut runner = Runner::new(&model.config, BLOCK, 8);
+    let table = blocks(0, 8);
+    let input = SeqInput {
+        tokens,
+        start_pos: 0,
+        blocks: &table,
+        logits: LogitsFor::Last,
+        tree: None,
+    };
+    bits(runner.forward(model, &[input]).unwrap().last(0))
+}
+
+#[test]
+fn a_draft_tree_node_sees_exactly_its_path_and_the_accepted_path_compacts() {
+    let model = Model::load(&common::model_path()).unwrap();
+    let prompt: Vec<u32> = prompts()[5].clone(); // 20 tokens: the tree crosses a block edge
+    let root = prompt.len() - 1;
+    // Node 0 is the sequence's last token; nine candidates below it in three branches.
+    let parents = [0usize, 0, 0, 1, 1, 2, 3, 3, 6, 5];
+    let nodes: Vec<u32> = [
+        prompt[root],
+        1000,
+        2000,
+        3000,
+        4000,
+        5000,
+        6000,
+        7000,
+        8000,
+        9000,
+    ]
+    .to_vec();
+    let tree = Tree {
+        root,
+        parents: &parents,
+    };
+    let mut runner = Runner::new(&model.config, BLOCK, 8);
+    let table = blocks(0, 8);
+    let prefill = SeqInput {
+        tokens: &prompt[..root],
+        start_pos: 0,
+        blocks: &table,
+        logits: LogitsFor::None,
+        tree: None,
+    };
+    runner.forward(&model, &[prefill]).unwrap();
+    let verify = SeqInput {
+        tokens: &nodes,
+        start_pos: root,
+        blocks: &table,
+        logits: LogitsFor::All,
+        tree: Some(tree),
+    };
+    let logits = runner.forward(&model, &[verify]).unwrap();
+    for n in 0..nodes.len() {
+        let path: Vec<u32> = tree.path(n).iter().map(|&i| nodes[i]).collect();
+        let reference = last_logits(&model, &[&prompt[..root], &path[..]].concat());
+        assert!(
+            bits(logits.row(0, n)) == reference,
+            "node {n} (path {:?}) differs from decoding its path",
+            tree.path(n)
+        );
+    }
+    // Accept the path to node 8 (0 → 1 → 3 → 6 → 8): move it into consecutive slots and decode
+    // one more token; the result is that of the path decoded plainly.
+    let path = tree.path(8);
+    for (k, &n) in path.iter().enumerate() {
+        runner.move_kv(&table, root + n, root + k).unwrap();
+    }
+    let next = argmax(logits.row(0, 8));
+    let decode = SeqInput {
+        tokens: &[next],
+        start_pos: root + path.len(),
+        blocks: &table,
+        logits: LogitsFor::Last,
+        tree: None,
+    };
+    let got = bits(runner.forward(&model, &[decode]).unwrap().last(0));
+    let accepted: Vec<u32> = path.iter().map(|&i| nodes[i]).collect();
+    let want = last_logits(&model, &[&prompt[..root], &accepted[..], &[next]].concat());
+    assert!(got == want, "decoding after compaction differs");
+    // A tree whose node precedes its parent is refused, not run.
+    let bad = SeqInput {
+        tree: Some(Tree {
+            root,
+            parents: &[0, 2, 0],
+        }),
+        tokens: &nodes[..3],
+        ..verify
+    };
+    assert!(runner.forward(&model, &[bad]).is_err());
 }

@@ -83,6 +83,7 @@ fn closer_to_the_exact_model_than_llama_cpp() {
             start_pos: 0,
             blocks: &blocks,
             logits: LogitsFor::All,
+            tree: None,
         };
         let logits = runner.forward(&model, &[input]).unwrap();
         for (j, _) in chunk.iter().enumerate() {

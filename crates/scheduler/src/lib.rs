@@ -272,11 +272,12 @@ impl Scheduler {
         true
     }
 
-    /// After the step that verified `id`'s drafts (and [`Scheduler::commit`]): keeps the first
-    /// `accepted` drafts and drops the rest, their KV slots included.
-    pub fn resolve_drafts(&mut self, id: SeqId, accepted: usize) {
+    /// After the step that verified `id`'s drafts (and [`Scheduler::commit`]): keeps the drafts
+    /// at indices `kept` (the accepted branch, whose KV the caller moved into consecutive
+    /// slots) and drops the rest, their KV slots included.
+    pub fn resolve_drafts(&mut self, id: SeqId, kept: &[usize]) {
         if let Some(seq) = self.running_mut(id) {
-            seq.resolve_drafts(accepted);
+            seq.resolve_drafts(kept);
         }
     }
 

@@ -81,11 +81,18 @@ impl Sequence {
         self.drafts = drafts.len();
     }
 
-    /// Keeps `accepted` of the drafts; the rejected ones leave the tokens, the computed count
-    /// and the block table (their KV is garbage).
-    pub(crate) fn resolve_drafts(&mut self, accepted: usize) {
-        let rejected = self.drafts - accepted.min(self.drafts);
-        self.tokens.truncate(self.tokens.len() - rejected);
+    /// Keeps the drafts at indices `kept` (increasing; `0..n` for a chain's first n, a branch
+    /// of a draft tree otherwise), in that order; the others leave the tokens, the computed
+    /// count and the block table. The caller has moved the kept drafts' KV into place.
+    pub(crate) fn resolve_drafts(&mut self, kept: &[usize]) {
+        let base = self.tokens.len() - self.drafts;
+        let tokens: Vec<u32> = kept
+            .iter()
+            .filter(|&&i| i < self.drafts)
+            .map(|&i| self.tokens[base + i])
+            .collect();
+        self.tokens.truncate(base);
+        self.tokens.extend(tokens);
         self.computed = self.computed.min(self.tokens.len());
         if let Some(t) = self.table.as_mut() {
             t.truncate(self.computed);

@@ -239,7 +239,7 @@ fn drafts_ride_along_a_decode_and_rejected_ones_leave_no_trace() {
     assert_eq!(pool.used_blocks(), 2); // 7 slots
     s.commit(&plan);
     // The target agreed with the first draft only.
-    s.resolve_drafts(SeqId(1), 1);
+    s.resolve_drafts(SeqId(1), &[0]);
     let seq = s.get(SeqId(1)).unwrap();
     assert_eq!(seq.tokens(), [1, 2, 3, 4, 5]);
     assert_eq!(seq.computed(), 5);
@@ -251,6 +251,13 @@ fn drafts_ride_along_a_decode_and_rejected_ones_leave_no_trace() {
     assert!(!s.add_drafts(&mut plan, SeqId(1), &[0; 40]));
     assert_eq!(plan.batch[0].len, 1);
     assert_eq!(s.get(SeqId(1)).unwrap().tokens().len(), 6);
+    // A tree's branch: drafts 1 and 3 of [9, 10, 11, 12] (10 then 12) are kept, in order.
+    assert!(s.add_drafts(&mut plan, SeqId(1), &[9, 10, 11, 12]));
+    s.commit(&plan);
+    s.resolve_drafts(SeqId(1), &[1, 3]);
+    let seq = s.get(SeqId(1)).unwrap();
+    assert_eq!(seq.tokens(), [1, 2, 3, 4, 5, 8, 10, 12]);
+    assert_eq!(seq.computed(), 8);
 }
 
 #[test]

@@ -183,7 +183,11 @@ impl Generation {
                 is_stop,
                 logprob,
                 top_logprobs,
+                spec_accept_length,
             } => {
+                if spec_accept_length.is_some() {
+                    choice.spec_accept_length = spec_accept_length;
+                }
                 match choice.last_token {
                     None => metrics.ttft.observe((now - self.started).as_secs_f64()),
                     Some(t) => metrics.itl.observe((now - t).as_secs_f64()),
@@ -232,7 +236,9 @@ impl Generation {
                 spec_accept_length,
                 ..
             } => {
-                choice.spec_accept_length = spec_accept_length;
+                if spec_accept_length.is_some() {
+                    choice.spec_accept_length = spec_accept_length;
+                }
                 if choice.finish.is_some() {
                     return;
                 }

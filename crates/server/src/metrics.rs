@@ -195,6 +195,12 @@ impl ServerMetrics {
             "counter",
             engine.spec_verifications as f64,
         );
+        gauge(
+            "spec_tree_verifications_total",
+            "Verifications of a draft tree with branches (--speculative-eagle-topk > 1).",
+            "counter",
+            engine.spec_tree_verifications as f64,
+        );
         let rate = if engine.spec_proposed > 0 {
             engine.spec_accepted as f64 / engine.spec_proposed as f64
         } else {

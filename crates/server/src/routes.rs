@@ -624,6 +624,7 @@ async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
             "draft_tokens": s.spec_proposed,
             "accepted_tokens": s.spec_accepted,
             "verifications": s.spec_verifications,
+            "tree_verifications": s.spec_tree_verifications,
             "acceptance_rate": if s.spec_proposed > 0 { s.spec_accepted as f64 / s.spec_proposed as f64 } else { 0.0 },
             "accept_length": if s.spec_verifications > 0 { 1.0 + s.spec_accepted as f64 / s.spec_verifications as f64 } else { 0.0 },
             "steps_on": s.spec_steps_on,

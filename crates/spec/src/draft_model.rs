@@ -1,17 +1,19 @@
 //! `STANDALONE` speculation: a second, smaller GGUF model drafts each sequence's next tokens by
-//! greedy decoding, with its own KV store in the same engine.
+//! greedy decoding (a chain) or as a tree of its most likely continuations
+//! (`--speculative-eagle-topk` > 1), with its own KV store in the same engine.
 //!
 //! The draft's KV store has as many blocks as the target's and each sequence uses the same block
 //! table in both: the scheduler's allocation (reservations for drafts, truncation of rejected
 //! ones, freeing at the end) covers the draft for free, and the draft needs no pool of its own.
 //! Per sequence the drafter remembers how many leading tokens have their draft KV; a proposal
 //! first feeds the draft whatever it has not seen (the whole prompt the first time, usually just
-//! the last accepted tokens later), then decodes one token per round, all speculating sequences
-//! batched in one draft forward per round.
+//! the last accepted tokens later), then extends its draft tree one level per round, all
+//! speculating sequences batched in one draft forward per round.
 
+use crate::DraftTree;
 use model::gguf::GgufFile;
-use model::sampler::argmax;
-use model::{LogitsFor, Model, ModelError, Runner, SeqInput};
+use model::sampler::{argmax, top_logprobs};
+use model::{LogitsFor, Model, ModelError, Runner, SeqInput, Tree};
 use std::collections::HashMap;
 
 /// One sequence asking for drafts.
@@ -20,19 +22,36 @@ pub struct DraftRequest<'a> {
     pub key: u64,
     /// Prompt and output so far; the last token has no KV in the target yet.
     pub tokens: &'a [u32],
-    /// The sequence's KV block table, with slots reserved for `tokens.len() + drafts - 1`.
+    /// The sequence's KV block table, with slots reserved for the last token and
+    /// [`DraftRequest::slots`] more.
     pub blocks: &'a [u32],
-    /// How many tokens to draft (at least 1).
-    pub drafts: usize,
+    /// Levels of the draft tree (at least 1): the longest path proposed.
+    pub depth: usize,
+    /// Candidates kept per level (`--speculative-eagle-topk`; 1 = a chain).
+    pub width: usize,
+    /// Most drafts returned (the tree's most likely nodes).
+    pub nodes: usize,
+}
+
+impl DraftRequest<'_> {
+    /// KV slots after the last token the draft writes: every level but the last is fed.
+    pub fn slots(depth: usize, width: usize, nodes: usize) -> usize {
+        (width * depth.saturating_sub(1)).max(nodes)
+    }
 }
 
 /// What the drafter knows about one sequence.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct DraftState {
     /// Leading tokens whose KV is in the draft store.
     valid: usize,
-    /// The sequence's length when drafts were last proposed (their first position).
-    proposed_at: usize,
+    /// The last proposal: the root's position (the sequence's last token then), the draft's own
+    /// tree (node `n` stored in slot `root + n`), how many of its nodes were fed (have KV) and
+    /// the block table they were written with.
+    root: usize,
+    tree: DraftTree,
+    fed: usize,
+    blocks: Vec<u32>,
 }
 
 /// The draft model, its runner (KV store) and each sequence's state.
@@ -103,63 +122,127 @@ impl DraftModel {
         self.runner.kv_bytes()
     }
 
-    /// Greedy drafts for each request, in order: `requests[i].drafts` tokens each.
-    pub fn propose(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<Vec<u32>>, ModelError> {
-        let mut drafts: Vec<Vec<u32>> = requests
-            .iter()
-            .map(|r| Vec::with_capacity(r.drafts))
-            .collect();
-        let rounds = requests.iter().map(|r| r.drafts).max().unwrap_or(0);
+    /// A draft tree for each request, in order. Level by level the draft model runs every
+    /// sequence's newest level in one batched forward (tree attention); each node's `width` most
+    /// likely next tokens are candidates, scored by the path's summed log-probability, and the
+    /// `width` best candidates form the next level (EAGLE-2's expansion). The `nodes` best of
+    /// the whole tree are returned. With width 1 this is greedy decoding of a chain.
+    pub fn propose(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {
+        let mut trees: Vec<DraftTree> = vec![DraftTree::default(); requests.len()];
+        let mut scores: Vec<Vec<f64>> = vec![vec![0.0]; requests.len()];
+        // Each request's newest level (nodes `from..` of its tree).
+        let mut level_from: Vec<usize> = vec![0; requests.len()];
+        let rounds = requests.iter().map(|r| r.depth).max().unwrap_or(0);
         for round in 0..rounds {
-            // Round 0 catches each sequence up to its last token; later rounds feed the previous
-            // round's draft.
+            // Round 0 catches each sequence up to its last token (the root); later rounds feed
+            // the previous round's level.
             let mut who = Vec::new();
             let mut inputs = Vec::new();
             for (i, r) in requests.iter().enumerate() {
-                if round >= r.drafts {
+                if round >= r.depth {
                     continue;
                 }
-                let n = r.tokens.len();
-                let (tokens, start_pos) = if round == 0 {
-                    let valid = self.states.get(&r.key).map_or(0, |s| s.valid).min(n - 1);
-                    (&r.tokens[valid..], valid)
+                let root = r.tokens.len() - 1;
+                let input = if round == 0 {
+                    let valid = self.states.get(&r.key).map_or(0, |s| s.valid).min(root);
+                    SeqInput {
+                        tokens: &r.tokens[valid..],
+                        start_pos: valid,
+                        blocks: r.blocks,
+                        logits: LogitsFor::Last,
+                        tree: None,
+                    }
                 } else {
-                    (&drafts[i][round - 1..round], n + round - 1)
+                    let from = level_from[i];
+                    SeqInput {
+                        tokens: &trees[i].tokens()[from - 1..],
+                        start_pos: root + from,
+                        blocks: r.blocks,
+                        logits: LogitsFor::All,
+                        tree: Some(Tree {
+                            root,
+                            parents: trees[i].parents(),
+                        }),
+                    }
                 };
                 who.push(i);
-                inputs.push(SeqInput {
-                    tokens,
-                    start_pos,
-                    blocks: r.blocks,
-                    logits: LogitsFor::Last,
-                });
+                inputs.push(input);
             }
             let logits = self.runner.forward(&self.model, &inputs)?;
             drop(inputs);
             for (row, &i) in who.iter().enumerate() {
-                drafts[i].push(argmax(logits.row(row, 0)));
+                let (width, tree) = (requests[i].width, &mut trees[i]);
+                let from = level_from[i];
+                let level = if round == 0 {
+                    0..1
+                } else {
+                    from..tree.len() + 1
+                };
+                let mut candidates: Vec<(f64, usize, u32)> = Vec::new();
+                for (r, node) in level.enumerate() {
+                    let l = logits.row(row, if round == 0 { 0 } else { r });
+                    if width == 1 {
+                        candidates.push((0.0, node, argmax(l)));
+                    } else {
+                        candidates.extend(
+                            top_logprobs(l, width)
+                                .into_iter()
+                                .map(|(t, lp)| (scores[i][node] + f64::from(lp), node, t)),
+                        );
+                    }
+                }
+                // Best first; among equals the earlier parent, then the likelier token.
+                candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
+                level_from[i] = tree.len() + 1;
+                for &(score, parent, token) in candidates.iter().take(width) {
+                    tree.push(parent, token);
+                    scores[i].push(score);
+                }
             }
         }
-        for r in requests {
-            let n = r.tokens.len();
-            // The last draft was never fed: positions up to n + drafts - 2 have draft KV.
+        let mut out = Vec::with_capacity(requests.len());
+        for (i, r) in requests.iter().enumerate() {
+            let tree = std::mem::take(&mut trees[i]);
+            // Nodes by score (a node never outscores its parent; ties keep node order).
+            let mut best: Vec<usize> = (1..=tree.len()).collect();
+            best.sort_by(|&a, &b| scores[i][b].total_cmp(&scores[i][a]).then(a.cmp(&b)));
+            best.truncate(r.nodes);
+            out.push(tree.select(&best));
+            let root = r.tokens.len() - 1;
             self.states.insert(
                 r.key,
                 DraftState {
-                    valid: n + r.drafts - 1,
-                    proposed_at: n,
+                    valid: root + 1,
+                    root,
+                    fed: level_from[i] - 1,
+                    tree,
+                    blocks: r.blocks.to_vec(),
                 },
             );
         }
-        Ok(drafts)
+        Ok(out)
     }
 
-    /// After verification: `accepted` of the sequence's last drafts were kept; the draft KV of
-    /// the rejected ones is garbage.
-    pub fn resolve(&mut self, key: u64, accepted: usize) {
-        if let Some(s) = self.states.get_mut(&key) {
-            s.valid = s.valid.min(s.proposed_at + accepted);
+    /// After verification: the sequence kept `accepted` (the tokens of the verified path, in
+    /// order). Their draft KV is moved into place where the draft's own tree has it; the rest of
+    /// the tree's KV is garbage.
+    pub fn resolve(&mut self, key: u64, accepted: &[u32]) -> Result<(), ModelError> {
+        let Some(s) = self.states.get_mut(&key) else {
+            return Ok(());
+        };
+        let mut kept = 0;
+        for (k, node) in s.tree.follow(accepted).into_iter().enumerate() {
+            if node > s.fed {
+                break;
+            }
+            if node != k + 1 {
+                self.runner
+                    .move_kv(&s.blocks, s.root + node, s.root + k + 1)?;
+            }
+            kept += 1;
         }
+        s.valid = s.valid.min(s.root + 1 + kept);
+        Ok(())
     }
 
     /// The sequence ended or lost its KV blocks (preempted): start it over next time.

@@ -1,8 +1,9 @@
 //! Speculative decoding's pure parts: proposers guess a sequence's next tokens cheaply, and the
-//! policy decides which sequences speculate in a step and how far. The engine runs the target
-//! model over `[last token, drafts…]` in one batched pass and verifies the drafts with the
-//! sampler (`model::sampler::Sampler::verify`: greedy match, or rejection sampling), so the output
-//! is exactly the model's either way.
+//! policy decides which sequences speculate in a step and how far. Drafts are a chain or a tree
+//! ([`DraftTree`], `--speculative-eagle-topk` > 1). The engine runs the target model over
+//! `[last token, drafts…]` in one batched pass (tree attention for trees: `model::Tree`) and
+//! verifies the drafts with the sampler (`model::sampler::Sampler::verify`: greedy match, or
+//! rejection sampling over a node's candidates), so the output is exactly the model's either way.
 //!
 //! Why verification is cheap: a decode step reads every weight once whatever the number of rows
 //! up to a tile (8 rows here), so while decoding is memory-bound, k extra rows cost little and
@@ -13,11 +14,13 @@ pub mod adaptive;
 pub mod draft_model;
 pub mod ngram;
 pub mod policy;
+pub mod tree;
 
 pub use adaptive::{Acceptance, CostModel, MatchAcceptance};
 pub use draft_model::{DraftError, DraftModel, DraftRequest, check_vocabulary};
 pub use ngram::NgramProposer;
 pub use policy::{Policy, PolicyConfig};
+pub use tree::DraftTree;
 
 /// The speculative algorithm (SGLang's `--speculative-algorithm` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

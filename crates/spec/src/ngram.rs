@@ -2,7 +2,10 @@
 //! lookup decoding: find the most recent earlier occurrence of the sequence's last n tokens
 //! (n from the max match window down to the min) and propose the tokens that followed it.
 
-use crate::Proposer;
+use crate::{DraftTree, Proposer};
+
+/// Earlier occurrences a draft tree is built from, at most.
+const TREE_OCCURRENCES: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NgramProposer {
@@ -76,9 +79,111 @@ impl NgramProposer {
     }
 }
 
+impl NgramProposer {
+    /// Up to `max` drafts as a tree with at most `width` children a node, and the longest match
+    /// length: the continuations of the best earlier occurrences of the suffix (longest matches,
+    /// then most recent) vote for their paths, each with weight 2^match length (every matched
+    /// token makes a chance match less likely); the `max` heaviest nodes are kept, heaviest
+    /// first (a node never outweighs its parent, so every prefix of the order is a tree).
+    pub fn lookup_tree(
+        &self,
+        tokens: &[u32],
+        max: usize,
+        width: usize,
+    ) -> Option<(DraftTree, usize)> {
+        let len = tokens.len();
+        if max == 0 || width == 0 || len < 2 {
+            return None;
+        }
+        let cap = self.max_window.min(len - 1);
+        let last = tokens[len - 1];
+        let mut found: Vec<(usize, usize)> = (1..len)
+            .rev()
+            .filter(|&end| tokens[end - 1] == last)
+            .map(|end| {
+                let n = (1..=cap.min(end))
+                    .take_while(|&k| tokens[end - k] == tokens[len - k])
+                    .count();
+                (n, end)
+            })
+            .filter(|&(n, end)| n >= self.min_window && end < len)
+            .collect();
+        found.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+        found.truncate(TREE_OCCURRENCES);
+        let longest = found.first()?.0;
+        // A trie of the continuations: (parent, token, weight, depth); node 0 is the root.
+        let mut trie: Vec<(usize, u32, f64, usize)> = vec![(0, 0, 0.0, 0)];
+        for &(n, end) in &found {
+            let weight = (n.min(30) as f64).exp2();
+            let mut at = 0;
+            for &t in &tokens[end..(end + max).min(len)] {
+                at = match (1..trie.len()).find(|&c| trie[c].0 == at && trie[c].1 == t) {
+                    Some(c) => c,
+                    None => {
+                        trie.push((at, t, 0.0, trie[at].3 + 1));
+                        trie.len() - 1
+                    }
+                };
+                trie[at].2 += weight;
+            }
+        }
+        // Heaviest first, shallower first among equals (a deeper guess is less likely), keeping
+        // the `width` heaviest children of each node and only nodes whose parent is kept.
+        let mut order: Vec<usize> = (1..trie.len()).collect();
+        order.sort_by(|&a, &b| {
+            trie[b]
+                .2
+                .total_cmp(&trie[a].2)
+                .then((trie[a].3, a).cmp(&(trie[b].3, b)))
+        });
+        let mut kept = vec![false; trie.len()];
+        let mut children = vec![0usize; trie.len()];
+        kept[0] = true;
+        let mut chosen = Vec::with_capacity(max);
+        for n in order {
+            let parent = trie[n].0;
+            if chosen.len() == max || !kept[parent] || children[parent] == width {
+                continue;
+            }
+            kept[n] = true;
+            children[parent] += 1;
+            chosen.push(n);
+        }
+        let mut tree = DraftTree::default();
+        let mut id = vec![0usize; trie.len()];
+        for n in chosen {
+            id[n] = tree.push(id[trie[n].0], trie[n].1);
+        }
+        Some((tree, longest))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tree_branches_where_earlier_continuations_differ() {
+        let p = NgramProposer::new(1, 4).unwrap();
+        // [1, 2] was followed by 3 4 once and by 5 6 twice; the sequence ends in [1, 2].
+        let tokens = [1, 2, 3, 4, 0, 1, 2, 5, 6, 0, 1, 2, 5, 6, 0, 9, 1, 2];
+        let (tree, matched) = p.lookup_tree(&tokens, 6, 2).unwrap();
+        assert_eq!(matched, 2);
+        // Two votes for 5 6 0 outweigh the one for 3 4 0: that path comes first, then the other
+        // branch (shallower than the single votes for 9 or 1 after 5 6 0).
+        assert_eq!(tree.tokens(), &[5, 6, 0, 3, 4, 0]);
+        assert_eq!(tree.parents(), &[0, 0, 1, 2, 0, 4, 5]);
+        let (tree, _) = p.lookup_tree(&tokens, 8, 2).unwrap();
+        assert_eq!(tree.tokens(), &[5, 6, 0, 3, 4, 0, 9, 1]);
+        assert_eq!(tree.children(3), vec![7, 8]);
+        // One child a node: the heaviest path only.
+        let (chain, _) = p.lookup_tree(&tokens, 4, 1).unwrap();
+        assert!(chain.is_chain());
+        assert_eq!(chain.tokens(), &[5, 6, 0, 9]);
+        // The budget caps the nodes, heaviest first.
+        assert_eq!(p.lookup_tree(&tokens, 1, 2).unwrap().0.tokens(), &[5]);
+        assert!(p.lookup_tree(&[1, 2, 3], 4, 2).is_none());
+    }
 
     #[test]
     fn proposes_what_followed_the_latest_longest_match() {

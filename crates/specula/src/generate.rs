@@ -108,6 +108,7 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
             start_pos: start,
             blocks: &blocks,
             logits: LogitsFor::Last,
+            tree: None,
         };
         runner.forward(&model, &[input]).map(|l| l.last(0).to_vec())
     };

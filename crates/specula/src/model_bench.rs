@@ -90,6 +90,7 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
             start_pos: 0,
             blocks: &table,
             logits: LogitsFor::Last,
+            tree: None,
         };
         runner.forward(&model, &[input])?;
         Ok(t.elapsed().as_secs_f64())
@@ -108,6 +109,7 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
                 start_pos: pos,
                 blocks: &table,
                 logits: LogitsFor::Last,
+                tree: None,
             };
             runner.forward(&model, &[input])?;
         }
@@ -132,6 +134,7 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
                     start_pos: 0,
                     blocks: t,
                     logits: LogitsFor::Last,
+                    tree: None,
                 };
                 runner.forward(&model, &[input])?;
             }
@@ -146,6 +149,7 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
                         start_pos: pos,
                         blocks: t,
                         logits: LogitsFor::Last,
+                        tree: None,
                     })
                     .collect();
                 runner.forward(&model, &inputs)?;
@@ -179,6 +183,7 @@ fn verify_costs(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
                 start_pos: 0,
                 blocks: &table,
                 logits: LogitsFor::None,
+                tree: None,
             };
             runner.forward(model, &[input])?;
             let t = Instant::now();
@@ -189,6 +194,7 @@ fn verify_costs(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
                     start_pos: pos,
                     blocks: &table,
                     logits: LogitsFor::All,
+                    tree: None,
                 };
                 runner.forward(model, &[input])?;
             }

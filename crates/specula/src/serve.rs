@@ -65,16 +65,16 @@ pub struct ServeArgs {
     /// The draft model for STANDALONE: a GGUF file with the target's tokenizer.
     #[arg(long)]
     pub speculative_draft_model_path: Option<PathBuf>,
-    /// Draft tokens a sequence verifies per step at most [default: 8 for NGRAM; for
-    /// STANDALONE, --speculative-num-steps].
+    /// Draft tokens a sequence verifies per step at most (the nodes of its draft tree)
+    /// [default: 8 for NGRAM; for STANDALONE, num-steps × eagle-topk].
     #[arg(long)]
     pub speculative_num_draft_tokens: Option<usize>,
-    /// STANDALONE: draft-model decoding steps per speculative step, i.e. the length of the
-    /// drafted chain [default: 4].
+    /// STANDALONE: draft-model steps per speculative step, i.e. the depth of the drafted chain
+    /// or tree [default: 4].
     #[arg(long)]
     pub speculative_num_steps: Option<usize>,
-    /// Branching per draft step; 1 drafts a chain. Trees (more than 1) are not implemented yet
-    /// [default: 1].
+    /// Branching per draft step: 1 drafts a chain; k > 1 a tree (NGRAM: up to k different
+    /// continuations a node; STANDALONE: the draft's k best candidates a level) [default: 1].
     #[arg(long)]
     pub speculative_eagle_topk: Option<usize>,
     /// Shortest suffix an n-gram draft matches on [default: 1].
@@ -183,10 +183,8 @@ impl ServeArgs {
             .speculative_eagle_topk
             .or(file.speculative_eagle_topk)
             .unwrap_or(1);
-        if topk != 1 {
-            anyhow::bail!(
-                "--speculative-eagle-topk {topk}: tree drafts are not implemented yet; use 1 (a chain)"
-            );
+        if topk == 0 {
+            anyhow::bail!("--speculative-eagle-topk must be at least 1 (1 drafts a chain)");
         }
         let draft_path = self
             .speculative_draft_model_path
@@ -198,17 +196,21 @@ impl ServeArgs {
         match algorithm {
             spec::Algorithm::None => {}
             spec::Algorithm::Ngram | spec::Algorithm::Standalone => {
+                let steps = num_steps.unwrap_or(4);
                 let num_draft_tokens = match algorithm {
-                    // A chain of num_steps drafts, capped by num_draft_tokens if given.
-                    spec::Algorithm::Standalone => {
-                        let steps = num_steps.unwrap_or(4);
+                    // A chain of num_steps drafts, capped by num_draft_tokens if given; a tree's
+                    // num_steps levels of topk, of which num_draft_tokens are verified.
+                    spec::Algorithm::Standalone if topk == 1 => {
                         num_draft_tokens.map_or(steps, |n| n.min(steps))
                     }
+                    spec::Algorithm::Standalone => num_draft_tokens.unwrap_or(steps * topk),
                     _ => num_draft_tokens.unwrap_or(8),
                 };
                 let spec = engine::SpecConfig {
                     algorithm,
                     num_draft_tokens,
+                    topk,
+                    num_steps: steps,
                     ngram_min_window: self
                         .speculative_ngram_min_match_window
                         .or(file.speculative_ngram_min_match_window)

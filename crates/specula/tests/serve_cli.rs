@@ -539,9 +539,9 @@ fn start_up_failures_exit_non_zero_with_one_line() {
                 "--speculative-draft-model-path",
                 model,
                 "--speculative-eagle-topk",
-                "2",
+                "0",
             ],
-            "tree drafts are not implemented",
+            "--speculative-eagle-topk must be at least 1",
         ),
     ];
     for (args, expect) in cases {
@@ -722,6 +722,28 @@ async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
     let c = run(adaptive.url("/v1/chat/completions")).await;
     assert_eq!(a, c);
     drop(adaptive);
+    // Draft trees (several continuations a node, tree attention, the accepted branch's KV
+    // moved into place) change nothing either, alone or batched.
+    let tree = Server::start(&[
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-eagle-topk",
+        "3",
+        "--speculative-num-draft-tokens",
+        "10",
+    ]);
+    for (i, max_tokens) in [(0, 40), (2, 25)] {
+        let (_, x) = post(&plain.url("/v1/chat/completions"), body(i, max_tokens)).await;
+        let (_, y) = post(&tree.url("/v1/chat/completions"), body(i, max_tokens)).await;
+        assert_eq!(x["choices"][0]["message"], y["choices"][0]["message"]);
+    }
+    let d = run(tree.url("/v1/chat/completions")).await;
+    assert_eq!(a, d);
+    let branched = metric(&tree, "spec_tree_verifications_total").await;
+    assert!(branched > 5.0, "only {branched} verifications had branches");
+    assert!(metric(&tree, "spec_accepted_tokens_total").await > 20.0);
+    assert_eq!(metric(&tree, "kv_blocks_used").await, 0.0);
+    drop(tree);
     let accepted = metric(&spec, "spec_accepted_tokens_total").await;
     assert!(accepted > 20.0, "only {accepted} drafts accepted");
     assert_eq!(metric(&spec, "kv_blocks_used").await, 0.0);
@@ -732,6 +754,8 @@ async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
     let (_, b) = post(&spec.url("/v1/chat/completions"), stop).await;
     assert_eq!(a["choices"][0], b["choices"][0]);
     assert_eq!(b["choices"][0]["finish_reason"], "stop");
+    let per_pass = b["usage"]["spec_accept_length"].as_f64();
+    assert!(per_pass.is_some_and(|x| x > 1.0), "{b}");
 }
 
 #[tokio::test]
@@ -778,6 +802,39 @@ async fn a_draft_model_gives_the_same_greedy_output_and_drafts_for_itself_perfec
     .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["usage"]["completion_tokens"], 16);
+    drop(spec);
+    // A tree of the draft's two best candidates a level, three levels, six verified.
+    let tree = Server::start(&[
+        "--speculative-algorithm",
+        "STANDALONE",
+        "--speculative-draft-model-path",
+        model,
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "2",
+    ]);
+    let (_, c) = post(&tree.url("/v1/chat/completions"), body(0, 30)).await;
+    assert_eq!(a["choices"][0]["message"], c["choices"][0]["message"]);
+    assert_eq!(
+        run(plain.url("/v1/chat/completions")).await,
+        run(tree.url("/v1/chat/completions")).await
+    );
+    let verifications = metric(&tree, "spec_verifications_total").await;
+    assert!(verifications > 20.0, "{verifications}");
+    // Branching everywhere but near max_tokens, where a pass may verify only one or two.
+    let branched = metric(&tree, "spec_tree_verifications_total").await;
+    assert!(
+        branched > 0.8 * verifications,
+        "{branched} / {verifications}"
+    );
+    // The draft's most likely path is usually the target's: most passes accept a lot.
+    let accepted = metric(&tree, "spec_accepted_tokens_total").await;
+    assert!(
+        accepted > 2.0 * verifications,
+        "{accepted} / {verifications}"
+    );
+    assert_eq!(metric(&tree, "kv_blocks_used").await, 0.0);
 }
 
 /// ln Γ(x), Lanczos (g = 7, 9 terms).
@@ -839,8 +896,17 @@ fn the_chi_square_tail_is_right() {
 #[tokio::test]
 async fn sampled_output_with_speculation_has_the_same_distribution() {
     let plain = Server::start(&[]);
-    let spec = Server::start(&["--speculative-algorithm", "NGRAM"]);
-    let prompt = "1 2 3 1 2 3 1 2";
+    // Prompt lookup with trees: "5 1 " was followed by "7" and by "8" (digits and spaces are
+    // separate tokens), so after a sampled " " a verification with two drafts has both as
+    // candidates for the next token (multi-candidate rejection sampling); with one draft it
+    // is a chain.
+    let spec = Server::start(&[
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-eagle-topk",
+        "3",
+    ]);
+    let prompt = "9 5 1 7 5 1 8 5 1";
     // 2,080 samples of the first 3 tokens from each server (unique seeds).
     let sample = |url: String| async move {
         let mut counts: std::collections::HashMap<String, usize> = Default::default();
@@ -850,8 +916,11 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
                 .map(|j| {
                     let (url, seed) = (url.clone(), (wave * 10 + j) * 16);
                     tokio::spawn(async move {
-                        let body = json!({"prompt": prompt, "max_tokens": 3, "n": 16,
-                                          "seed": seed, "temperature": 1.0, "ignore_eos": true});
+                        // Four tokens, so that two drafts (a branching tree) can be verified
+                        // before the last; the outcome is the first three.
+                        let body = json!({"prompt": prompt, "max_tokens": 4, "n": 16,
+                                          "seed": seed, "temperature": 1.0, "ignore_eos": true,
+                                          "logprobs": 0});
                         post(&url, body).await
                     })
                 })
@@ -860,9 +929,14 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
                 let (status, v) = t.await.unwrap();
                 assert_eq!(status, 200, "{v}");
                 for c in v["choices"].as_array().unwrap() {
-                    *counts
-                        .entry(c["text"].as_str().unwrap().to_string())
-                        .or_default() += 1;
+                    let tokens: Vec<&str> = c["logprobs"]["tokens"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|t| t.as_str().unwrap())
+                        .collect();
+                    assert_eq!(tokens.len(), 4, "{c}");
+                    *counts.entry(tokens[..3].join("\u{1}")).or_default() += 1;
                 }
             }
         }
@@ -870,12 +944,23 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
     };
     let a = sample(plain.url("/v1/completions")).await;
     let b = sample(spec.url("/v1/completions")).await;
-    assert!(metric(&spec, "spec_accepted_tokens_total").await > 100.0);
+    let accepted = metric(&spec, "spec_accepted_tokens_total").await;
+    assert!(accepted > 100.0, "{accepted} accepted");
     assert!(
-        metric(&spec, "spec_accepted_tokens_total").await
-            < metric(&spec, "spec_draft_tokens_total").await,
+        accepted < metric(&spec, "spec_draft_tokens_total").await,
         "rejections must happen too"
     );
+    let branched = metric(&spec, "spec_tree_verifications_total").await;
+    assert!(branched > 100.0, "{branched} verifications had branches");
+    same_distribution(&a, &b);
+}
+
+/// Asserts that two samples of outcomes could come from one distribution (χ² homogeneity,
+/// p > 0.01).
+fn same_distribution(
+    a: &std::collections::HashMap<String, usize>,
+    b: &std::collections::HashMap<String, usize>,
+) {
     // Homogeneity test over the outcomes seen at least 10 times in all; the rest pooled.
     let (na, nb) = (
         a.values().sum::<usize>() as f64,

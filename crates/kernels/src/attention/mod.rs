@@ -4,6 +4,11 @@
 //! against a block's keys are 16-lane multiply-adds with no horizontal sums; values stay row-major
 //! (`[slot][kv head][dim]`), the layout the weighted sum reads. Each query row is computed alone,
 //! in an order fixed by its context length, so attention is batch-invariant.
+//!
+//! A query of a draft tree sees the sequence up to the tree's root and then only its own
+//! ancestors, wherever their slots are ([`Context`]): the scores, softmax and weighted sum run
+//! over those positions in the same order and lanes as they would if the ancestors sat in
+//! consecutive slots, so a tree node's result is bitwise that of decoding its path.
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -49,6 +54,50 @@ impl KvShape {
     }
 }
 
+/// The positions one query attends to, in order: the sequence's slots `0..direct`, then the
+/// slots listed in `tail` (a draft-tree node's ancestors, root first, itself last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Context<'a> {
+    pub direct: usize,
+    pub tail: &'a [usize],
+}
+
+impl<'a> Context<'a> {
+    /// Ordinary causal attention over slots `0..n`.
+    pub fn causal(n: usize) -> Self {
+        Self {
+            direct: n,
+            tail: &[],
+        }
+    }
+
+    /// How many positions the query sees.
+    pub fn len(&self) -> usize {
+        self.direct + self.tail.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The slot of the `t`-th position seen.
+    pub fn slot(&self, t: usize) -> usize {
+        if t < self.direct {
+            t
+        } else {
+            self.tail[t - self.direct]
+        }
+    }
+
+    /// One past the highest slot seen.
+    fn slot_end(&self) -> usize {
+        self.tail
+            .iter()
+            .map(|&s| s + 1)
+            .fold(self.direct, usize::max)
+    }
+}
+
 /// Stores one token's keys and values (`n_kv_heads × head_dim` each) at `pos`.
 pub fn write_kv(
     keys: &mut [f32],
@@ -67,8 +116,8 @@ pub fn write_kv(
     }
 }
 
-/// `out` (n_heads × head_dim) = softmax(q·Kᵀ · scale) · V over positions `0..n_ctx`, with grouped
-/// query heads (`n_heads / n_kv_heads` query heads share a KV head). `scores` is scratch.
+/// `out` (n_heads × head_dim) = softmax(q·Kᵀ · scale) · V over the positions of `ctx`, with
+/// grouped query heads (`n_heads / n_kv_heads` query heads share a KV head). `scores` is scratch.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention(
     q: &[f32],
@@ -76,22 +125,23 @@ pub fn paged_attention(
     values: &[f32],
     shape: KvShape,
     blocks: &[u32],
-    n_ctx: usize,
+    ctx: Context<'_>,
     scale: f32,
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
     assert!(
-        n_ctx > 0 && n_ctx <= blocks.len() * shape.block_size,
+        !ctx.is_empty() && ctx.slot_end() <= blocks.len() * shape.block_size,
         "context beyond the blocks"
     );
     assert_eq!(q.len(), out.len());
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx512 && shape.head_dim.is_multiple_of(16) {
         // SAFETY: Avx512 means the CPU has AVX-512 F and FMA (Isa::detect).
-        unsafe { avx512::attention(q, keys, values, shape, blocks, n_ctx, scale, out, scores) };
+        unsafe { avx512::attention(q, keys, values, shape, blocks, ctx, scale, out, scores) };
         return;
     }
+    let n_ctx = ctx.len();
     let d = shape.head_dim;
     let n_heads = q.len() / d;
     let group = n_heads / shape.n_kv_heads;
@@ -101,7 +151,7 @@ pub fn paged_attention(
         let qh = &q[h * d..(h + 1) * d];
         for (t, s) in scores.iter_mut().enumerate() {
             let dot = (0..d).fold(0.0f32, |acc, i| {
-                acc + qh[i] * keys[shape.key_index(blocks, t, kvh, i)]
+                acc + qh[i] * keys[shape.key_index(blocks, ctx.slot(t), kvh, i)]
             });
             *s = dot * scale;
         }
@@ -109,7 +159,7 @@ pub fn paged_attention(
         let oh = &mut out[h * d..(h + 1) * d];
         oh.fill(0.0);
         for (t, &p) in scores.iter().enumerate() {
-            let at = shape.value_index(blocks, t, kvh, 0);
+            let at = shape.value_index(blocks, ctx.slot(t), kvh, 0);
             for (o, &v) in oh.iter_mut().zip(&values[at..at + d]) {
                 *o += p * v;
             }
@@ -190,7 +240,7 @@ mod tests {
             &values,
             shape,
             blocks,
-            n_ctx,
+            Context::causal(n_ctx),
             scale,
             &mut out,
             &mut Vec::new(),
@@ -228,6 +278,88 @@ mod tests {
                 let blocks: Vec<u32> = (0..n_ctx.div_ceil(block_size) as u32).rev().collect();
                 check(shape, 9, n_ctx, &blocks);
             }
+        }
+    }
+
+    /// A draft-tree query over its ancestors in scattered slots gives bitwise the result of the
+    /// same keys and values in consecutive slots (what decoding the path would see).
+    #[test]
+    fn tree_tail_is_bitwise_the_consecutive_context() {
+        let shape = KvShape {
+            block_size: 16,
+            n_kv_heads: 3,
+            head_dim: 64,
+        };
+        let kvd = shape.token_stride();
+        let wave = |t: usize, i: usize, f: f32| ((t * 31 + i * 7) as f32 * f).sin();
+        let q: Vec<f32> = (0..9 * 64).map(|i| wave(77, i, 0.19)).collect();
+        let scale = 0.125;
+        for (direct, tail_at) in [
+            (1usize, vec![0usize, 3, 4]),
+            (13, vec![0, 1, 5, 9, 17, 18]),
+            (
+                30,
+                vec![
+                    0, 2, 3, 8, 11, 12, 13, 14, 19, 20, 22, 24, 25, 26, 28, 29, 31, 33,
+                ],
+            ),
+        ] {
+            let n = direct + tail_at.len();
+            let blocks: Vec<u32> = (0..8).rev().collect();
+            let kv = |t: usize| -> (Vec<f32>, Vec<f32>) {
+                (
+                    (0..kvd).map(|i| wave(t, i, 0.37)).collect(),
+                    (0..kvd).map(|i| wave(t, i, 0.11)).collect(),
+                )
+            };
+            let store = || vec![0.0f32; 8 * shape.block_stride()];
+            // Consecutive: position t in slot t.
+            let (mut ck, mut cv) = (store(), store());
+            for t in 0..n {
+                let (k, v) = kv(t);
+                write_kv(&mut ck, &mut cv, shape, &blocks, t, &k, &v);
+            }
+            // Tree: the tail's positions in scattered slots after `direct`, other slots noise.
+            let (mut tk, mut tv) = (store(), store());
+            let noise: Vec<f32> = (0..kvd).map(|i| wave(500, i, 0.7) * 9.0).collect();
+            for slot in 0..direct + tail_at.iter().max().unwrap() + 1 {
+                write_kv(&mut tk, &mut tv, shape, &blocks, slot, &noise, &noise);
+            }
+            let slots: Vec<usize> = tail_at.iter().map(|&a| direct + a).collect();
+            for t in 0..n {
+                let (k, v) = kv(t);
+                let slot = if t < direct { t } else { slots[t - direct] };
+                write_kv(&mut tk, &mut tv, shape, &blocks, slot, &k, &v);
+            }
+            let run = |k: &[f32], v: &[f32], ctx: Context<'_>| {
+                let mut out = vec![0.0f32; q.len()];
+                paged_attention(
+                    &q,
+                    k,
+                    v,
+                    shape,
+                    &blocks,
+                    ctx,
+                    scale,
+                    &mut out,
+                    &mut Vec::new(),
+                );
+                out
+            };
+            let want = run(&ck, &cv, Context::causal(n));
+            let got = run(
+                &tk,
+                &tv,
+                Context {
+                    direct,
+                    tail: &slots,
+                },
+            );
+            assert_eq!(
+                got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "direct {direct}, tail {tail_at:?}"
+            );
         }
     }
 }

@@ -9,32 +9,77 @@ pub(crate) mod llama;
 
 use crate::SeqInput;
 use crate::config::ModelConfig;
-use kernels::attention::{KvShape, paged_attention, write_kv};
+use kernels::attention::{Context, KvShape, paged_attention, write_kv};
 use kernels::gemm::Activations;
 use kernels::ops::{rms_norm, rope_angles, rope_apply};
 use rayon::prelude::*;
 
-/// What every layer needs to know about the batch: each row's sequence and position, and the
-/// RoPE angles of each row (the same in every layer).
+/// One row of the batch: a token of one sequence.
+pub(crate) struct Row {
+    pub seq: usize,
+    /// Its position (what RoPE rotates by).
+    pub pos: usize,
+    /// Where its keys and values are stored (its position, except in a draft tree).
+    pub slot: usize,
+    /// A draft-tree node's ancestors' slots, root first, itself last (empty otherwise).
+    pub path: Vec<usize>,
+    /// The sequence's first position that is not attended directly (the tree's root).
+    pub direct: usize,
+}
+
+impl Row {
+    /// The positions the row attends to.
+    pub fn context(&self) -> Context<'_> {
+        if self.path.is_empty() {
+            Context::causal(self.pos + 1)
+        } else {
+            Context {
+                direct: self.direct,
+                tail: &self.path,
+            }
+        }
+    }
+}
+
+/// What every layer needs to know about the batch: each row's sequence, position and slot, and
+/// the RoPE angles of each row (the same in every layer).
 pub(crate) struct BatchRows<'a> {
     pub seqs: &'a [SeqInput<'a>],
-    /// (sequence index, position) of each row.
-    pub rows: Vec<(usize, usize)>,
+    pub rows: Vec<Row>,
     pub angles: Vec<Vec<(f32, f32)>>,
 }
 
 impl<'a> BatchRows<'a> {
     pub fn new(seqs: &'a [SeqInput<'a>], cfg: &ModelConfig) -> Self {
-        let rows: Vec<(usize, usize)> = seqs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, s)| (0..s.tokens.len()).map(move |j| (i, s.start_pos + j)))
-            .collect();
+        let mut rows = Vec::new();
+        for (seq, s) in seqs.iter().enumerate() {
+            for slot in s.start_pos..s.start_pos + s.tokens.len() {
+                rows.push(match s.tree {
+                    None => Row {
+                        seq,
+                        pos: slot,
+                        slot,
+                        path: Vec::new(),
+                        direct: slot,
+                    },
+                    Some(tree) => {
+                        let path = tree.path(slot - tree.root);
+                        Row {
+                            seq,
+                            pos: tree.root + path.len() - 1,
+                            slot,
+                            path: path.into_iter().map(|n| tree.root + n).collect(),
+                            direct: tree.root,
+                        }
+                    }
+                });
+            }
+        }
         let angles = rows
             .iter()
-            .map(|&(_, pos)| {
+            .map(|r| {
                 let mut a = Vec::new();
-                rope_angles(pos, cfg.rope_dims, cfg.rope_base, &mut a);
+                rope_angles(r.pos, cfg.rope_dims, cfg.rope_base, &mut a);
                 a
             })
             .collect();
@@ -106,15 +151,15 @@ pub(crate) fn rope_and_store(
     kv: &mut KvLayer<'_>,
 ) {
     let (qd, kvd) = (q.len() / batch.len(), kv.shape.token_stride());
-    for (r, &(si, pos)) in batch.rows.iter().enumerate() {
+    for (r, row) in batch.rows.iter().enumerate() {
         rope_apply(&mut q[r * qd..(r + 1) * qd], head_dim, &batch.angles[r]);
         rope_apply(&mut k[r * kvd..(r + 1) * kvd], head_dim, &batch.angles[r]);
         write_kv(
             kv.keys,
             kv.values,
             kv.shape,
-            batch.seqs[si].blocks,
-            pos,
+            batch.seqs[row.seq].blocks,
+            row.slot,
             &k[r * kvd..(r + 1) * kvd],
             &v[r * kvd..(r + 1) * kvd],
         );
@@ -135,14 +180,14 @@ pub(crate) fn attend(
     out.par_chunks_mut(width)
         .zip(q.par_chunks(width))
         .zip(batch.rows.par_iter())
-        .for_each_init(Vec::new, |scores, ((out, q), &(si, pos))| {
+        .for_each_init(Vec::new, |scores, ((out, q), row)| {
             paged_attention(
                 q,
                 keys,
                 values,
                 shape,
-                batch.seqs[si].blocks,
-                pos + 1,
+                batch.seqs[row.seq].blocks,
+                row.context(),
                 scale,
                 out,
                 scores,
