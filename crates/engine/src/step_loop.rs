@@ -134,7 +134,7 @@ impl Engine {
             by_match: MatchAcceptance::new(c.ngram_max_window),
             matched: HashMap::new(),
         });
-        Self {
+        let mut engine = Self {
             model,
             runner,
             scheduler,
@@ -142,7 +142,86 @@ impl Engine {
             end_of_generation,
             stats,
             speculation,
+        };
+        engine.calibrate();
+        engine
+    }
+
+    /// Adaptive speculation: seeds the step-cost fit with steps measured on this machine before
+    /// the first request (decodes of 1, 5 and 9 rows with logits, for one sequence and for four
+    /// after a 64-token context), so drafts are priced from the start; otherwise a server
+    /// loaded at once would price them from a guess and might never try any. The KV written
+    /// goes to free blocks, which a sequence always overwrites before reading.
+    fn calibrate(&mut self) {
+        let Some(spec) = self.speculation.as_mut().filter(|s| s.adaptive) else {
+            return;
+        };
+        const CONTEXT: usize = 64;
+        const MAX_ROWS: usize = 9;
+        let vocab = self.model.config.vocab_size as u32;
+        let tokens: Vec<u32> = (0..(CONTEXT + MAX_ROWS) as u32)
+            .map(|i| (100 + i * 7919) % vocab)
+            .collect();
+        let per_seq = (CONTEXT + MAX_ROWS).div_ceil(self.runner.block_size());
+        let free = self.scheduler.pool().free_blocks();
+        let seqs = (free / per_seq).min(4);
+        if seqs == 0 || CONTEXT + MAX_ROWS > self.model.config.context_length {
+            return;
         }
+        let tables: Vec<Vec<u32>> = (0..seqs)
+            .map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect())
+            .collect();
+        fn input<'a>(tokens: &'a [u32], table: &'a [u32], rows: usize) -> SeqInput<'a> {
+            let prefill = rows == 0;
+            SeqInput {
+                tokens: if prefill {
+                    &tokens[..CONTEXT]
+                } else {
+                    &tokens[CONTEXT..CONTEXT + rows]
+                },
+                start_pos: if prefill { 0 } else { CONTEXT },
+                blocks: table,
+                logits: if prefill {
+                    LogitsFor::None
+                } else {
+                    LogitsFor::All
+                },
+                tree: None,
+            }
+        }
+        let prefill: Vec<SeqInput<'_>> = tables.iter().map(|t| input(&tokens, t, 0)).collect();
+        if self.runner.forward(&self.model, &prefill).is_err() {
+            return;
+        }
+        let kappa = spec.logit_work - 1.0;
+        for _ in 0..3 {
+            for (n, rows) in [
+                (1, 1),
+                (1, 5),
+                (1, MAX_ROWS),
+                (seqs, 1),
+                (seqs, 3),
+                (seqs, 5),
+            ] {
+                let batch: Vec<SeqInput<'_>> = tables[..n]
+                    .iter()
+                    .map(|t| input(&tokens, t, rows))
+                    .collect();
+                let started = Instant::now();
+                if self.runner.forward(&self.model, &batch).is_err() {
+                    return;
+                }
+                let work = (n * rows) as f64 * (1.0 + kappa);
+                spec.cost.observe(work, started.elapsed().as_secs_f64());
+            }
+        }
+        let (a, b) = spec.cost.coefficients();
+        tracing::info!(
+            "adaptive speculation: a step costs {:.2} ms + {:.3} ms per row (calibrated)",
+            a * 1e3,
+            b * 1e3
+        );
+        self.stats.set_step_cost(a, b);
     }
 
     /// Runs until every handle is gone.

@@ -4,7 +4,9 @@
 //! The model:
 //! - A step of work `w` takes `T(w) = a + b·w` seconds, fitted online by least squares over recent
 //!   decode steps (exponential forgetting; steps carrying prompt chunks are left out, their rows
-//!   are much cheaper each), so it follows the machine and the load. `w` counts rows
+//!   are much cheaper each), so it follows the machine and the load. The engine seeds it at
+//!   start-up with a few measured steps of 1 to 20 rows, so the first requests' drafts are priced
+//!   from this machine. `w` counts rows
 //!   (tokens in the batch) plus `κ` per row that needs logits, `κ` being the output head's size
 //!   relative to the layers' (0.27 for SmolLM2-135M): a draft row needs logits, a prompt row
 //!   mostly does not. While decoding is memory-bound, `b` is small next to `a`; at large batches
@@ -12,7 +14,8 @@
 //! - Sequence i accepts each successive draft with probability `αᵢ`. For prompt lookup, `α` is
 //!   estimated per length of the n-gram match the drafts came from, pooled over requests
 //!   ([`MatchAcceptance`]): a continuation of a 10-token match is a copy in progress, one found
-//!   on a single token is a guess, and a request's own average would blur the two. For a draft
+//!   on a single token is a guess, and a request's own average would blur the two. Match length
+//!   m starts at α = m/(m+2), so that even a busy server tries long matches and learns. For a draft
 //!   model, `α` is the request's Beta-style running estimate ([`Acceptance`]; it decays back
 //!   towards the prior when the sequence does not speculate, so a sequence that stopped paying
 //!   is tried again later). With `k` drafts a sequence emits `1 + α + α² + … + αᵏ` tokens on
@@ -102,6 +105,15 @@ impl Default for Acceptance {
 }
 
 impl Acceptance {
+    /// An estimate starting at `alpha`, worth as much evidence as the default prior.
+    pub fn starting_at(alpha: f64) -> Self {
+        let weight = PRIOR_ACCEPTED + PRIOR_REJECTED;
+        Self {
+            accepted: weight * alpha,
+            rejected: weight * (1.0 - alpha),
+        }
+    }
+
     /// After verifying `proposed` drafts of which the first `accepted` were taken.
     pub fn record(&mut self, proposed: usize, accepted: usize) {
         self.record_forgetting(proposed, accepted, 0.9);
@@ -138,9 +150,14 @@ pub struct MatchAcceptance {
 const MATCH_FORGET: f64 = 0.995;
 
 impl MatchAcceptance {
+    /// Buckets for matches of 1 to `max_match` tokens. Match length m starts at α = m/(m+2)
+    /// (⅓ for one token, ⅔ for four, 0.8 for eight): longer matches are likelier copies, and
+    /// the prior must let a busy server try them, or it never learns what they are worth.
     pub fn new(max_match: usize) -> Self {
         Self {
-            buckets: vec![Acceptance::default(); max_match.max(1)],
+            buckets: (1..=max_match.max(1))
+                .map(|m| Acceptance::starting_at(m as f64 / (m as f64 + 2.0)))
+                .collect(),
         }
     }
 
@@ -252,10 +269,10 @@ mod tests {
         }
         assert!(m.alpha(1) < 0.1, "{}", m.alpha(1));
         assert!(m.alpha(4) > 0.9 && m.alpha(12) > 0.9);
-        assert!(
-            (m.alpha(2) - 1.0 / 3.0).abs() < 1e-9,
-            "untouched: the prior"
-        );
+        assert!((m.alpha(2) - 0.5).abs() < 1e-9, "untouched: the prior");
+        let fresh = MatchAcceptance::new(12);
+        assert!((fresh.alpha(1) - 1.0 / 3.0).abs() < 1e-9);
+        assert!(fresh.alpha(4) > fresh.alpha(2) && (fresh.alpha(8) - 0.8).abs() < 1e-9);
     }
 
     #[test]

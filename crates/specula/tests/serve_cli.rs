@@ -285,7 +285,33 @@ async fn sixty_four_simultaneous_streams_complete_with_correct_usage() {
 
 #[tokio::test]
 async fn dropped_streams_free_their_kv_blocks() {
-    let s = Server::start(&[]);
+    let model = model_path();
+    let model = model.to_str().unwrap();
+    // Without speculation, with prompt-lookup trees, with a draft model (its KV too): clients
+    // that go away mid-generation (mid-verification, with speculation) leave nothing behind.
+    for flags in [
+        &[][..],
+        &[
+            "--speculative-algorithm",
+            "NGRAM",
+            "--speculative-eagle-topk",
+            "2",
+        ][..],
+        &[
+            "--speculative-algorithm",
+            "STANDALONE",
+            "--speculative-draft-model-path",
+            model,
+        ][..],
+    ] {
+        let s = Server::start(flags);
+        abandon_requests_and_check_blocks(&s).await;
+    }
+}
+
+/// 50 streams read once then dropped and 10 impatient non-streaming clients: every request
+/// is aborted and every KV block freed.
+async fn abandon_requests_and_check_blocks(s: &Server) {
     let url = s.url("/v1/completions");
     let tasks: Vec<_> = (0..50)
         .map(|i| {
@@ -321,15 +347,15 @@ async fn dropped_streams_free_their_kv_blocks() {
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let used = metric(&s, "kv_blocks_used").await;
-        let running = metric(&s, "num_running_reqs").await;
+        let used = metric(s, "kv_blocks_used").await;
+        let running = metric(s, "num_running_reqs").await;
         if used == 0.0 && running == 0.0 {
             break;
         }
         assert!(Instant::now() < deadline, "{used} KV blocks still used");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(metric(&s, "aborted_requests_total").await, 60.0);
+    assert_eq!(metric(s, "aborted_requests_total").await, 60.0);
 }
 
 #[tokio::test]

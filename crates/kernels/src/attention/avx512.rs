@@ -1,5 +1,5 @@
-//! AVX-512 attention over the paged layout: the query heads that share a KV head (up to four at a
-//! time) read each key and value once. Scores are 16 keys a register (keys are transposed per
+//! AVX-512 attention over the paged layout, one KV head's group of query heads at a time: the
+//! query heads that share the KV head (up to four at a time) read each key and value once. Scores are 16 keys a register (keys are transposed per
 //! block), the softmax uses a vector `exp`, and the weighted sum of values is scaled by 1/Σ at
 //! the end. Masked loads and stores handle partial chunks, so every position is computed by
 //! the same instructions whatever the context length around it. A draft-tree query's ancestors
@@ -25,12 +25,18 @@ pub(super) unsafe fn attention(
     shape: KvShape,
     blocks: &[u32],
     ctx: Context<'_>,
+    kvh: usize,
     scale: f32,
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
     let d = shape.head_dim;
     assert!(d.is_multiple_of(16), "head_dim must be a multiple of 16");
+    assert!(
+        kvh < shape.n_kv_heads,
+        "KV head {kvh} of {}",
+        shape.n_kv_heads
+    );
     let stride = shape.block_stride();
     for &b in &blocks[..ctx.slot_end().div_ceil(shape.block_size)] {
         assert!(
@@ -38,34 +44,30 @@ pub(super) unsafe fn attention(
             "block {b} outside the KV store"
         );
     }
-    let n_heads = q.len() / d;
-    let group = n_heads / shape.n_kv_heads;
+    let group = q.len() / d;
     // Score rows, then (for a tree query) one transposed chunk of 16 tail keys.
     let n_ctx = ctx.len();
     let chunk = if ctx.tail.is_empty() { 0 } else { 16 * d };
     scores.resize(MAX_HEADS * n_ctx + chunk, 0.0);
-    for kvh in 0..shape.n_kv_heads {
-        let mut h = kvh * group;
-        let end = (kvh + 1) * group;
-        while h < end {
-            let take = (end - h).min(MAX_HEADS);
-            let (q, out) = (&q[h * d..(h + take) * d], &mut out[h * d..(h + take) * d]);
-            let kv = Kv {
-                keys,
-                values,
-                shape,
-                blocks,
-                ctx,
-                kvh,
-            };
-            match take {
-                1 => heads::<1>(q, &kv, scale, out, scores),
-                2 => heads::<2>(q, &kv, scale, out, scores),
-                3 => heads::<3>(q, &kv, scale, out, scores),
-                _ => heads::<4>(q, &kv, scale, out, scores),
-            }
-            h += take;
+    let kv = Kv {
+        keys,
+        values,
+        shape,
+        blocks,
+        ctx,
+        kvh,
+    };
+    let mut h = 0;
+    while h < group {
+        let take = (group - h).min(MAX_HEADS);
+        let (q, out) = (&q[h * d..(h + take) * d], &mut out[h * d..(h + take) * d]);
+        match take {
+            1 => heads::<1>(q, &kv, scale, out, scores),
+            2 => heads::<2>(q, &kv, scale, out, scores),
+            3 => heads::<3>(q, &kv, scale, out, scores),
+            _ => heads::<4>(q, &kv, scale, out, scores),
         }
+        h += take;
     }
 }
 

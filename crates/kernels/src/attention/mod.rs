@@ -130,6 +130,28 @@ pub fn paged_attention(
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
+    assert_eq!(q.len(), out.len());
+    let width = q.len() / shape.n_kv_heads;
+    for (kvh, (q, out)) in q.chunks(width).zip(out.chunks_mut(width)).enumerate() {
+        paged_attention_group(q, keys, values, shape, blocks, ctx, kvh, scale, out, scores);
+    }
+}
+
+/// [`paged_attention`] for the query heads of KV head `kvh` alone (`q` and `out` hold that
+/// group's heads): a row's groups are independent, so they can run on different threads.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_group(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    shape: KvShape,
+    blocks: &[u32],
+    ctx: Context<'_>,
+    kvh: usize,
+    scale: f32,
+    out: &mut [f32],
+    scores: &mut Vec<f32>,
+) {
     assert!(
         !ctx.is_empty() && ctx.slot_end() <= blocks.len() * shape.block_size,
         "context beyond the blocks"
@@ -138,17 +160,13 @@ pub fn paged_attention(
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx512 && shape.head_dim.is_multiple_of(16) {
         // SAFETY: Avx512 means the CPU has AVX-512 F and FMA (Isa::detect).
-        unsafe { avx512::attention(q, keys, values, shape, blocks, ctx, scale, out, scores) };
+        unsafe { avx512::attention(q, keys, values, shape, blocks, ctx, kvh, scale, out, scores) };
         return;
     }
     let n_ctx = ctx.len();
     let d = shape.head_dim;
-    let n_heads = q.len() / d;
-    let group = n_heads / shape.n_kv_heads;
     scores.resize(n_ctx, 0.0);
-    for h in 0..n_heads {
-        let kvh = h / group;
-        let qh = &q[h * d..(h + 1) * d];
+    for (qh, oh) in q.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
         for (t, s) in scores.iter_mut().enumerate() {
             let dot = (0..d).fold(0.0f32, |acc, i| {
                 acc + qh[i] * keys[shape.key_index(blocks, ctx.slot(t), kvh, i)]
@@ -156,7 +174,6 @@ pub fn paged_attention(
             *s = dot * scale;
         }
         crate::ops::softmax(scores);
-        let oh = &mut out[h * d..(h + 1) * d];
         oh.fill(0.0);
         for (t, &p) in scores.iter().enumerate() {
             let at = shape.value_index(blocks, ctx.slot(t), kvh, 0);

@@ -9,7 +9,7 @@ pub(crate) mod llama;
 
 use crate::SeqInput;
 use crate::config::ModelConfig;
-use kernels::attention::{Context, KvShape, paged_attention, write_kv};
+use kernels::attention::{Context, KvShape, paged_attention_group, write_kv};
 use kernels::gemm::Activations;
 use kernels::ops::{rms_norm, rope_angles, rope_apply};
 use rayon::prelude::*;
@@ -166,8 +166,9 @@ pub(crate) fn rope_and_store(
     }
 }
 
-/// Causal attention of every row over its sequence's positions up to its own, rows split over
-/// the kernel threads.
+/// Causal attention of every row over its sequence's positions up to its own (a tree node's:
+/// its ancestors'), split over the kernel threads by row and KV head, so that even one row's
+/// attention (a decode step) runs on every thread.
 pub(crate) fn attend(
     batch: &BatchRows<'_>,
     q: &[f32],
@@ -175,19 +176,22 @@ pub(crate) fn attend(
     scale: f32,
     out: &mut [f32],
 ) {
-    let width = q.len() / batch.len();
     let (keys, values, shape) = (&*kv.keys, &*kv.values, kv.shape);
+    let n_kv = shape.n_kv_heads;
+    let width = q.len() / (batch.len() * n_kv);
     out.par_chunks_mut(width)
         .zip(q.par_chunks(width))
-        .zip(batch.rows.par_iter())
-        .for_each_init(Vec::new, |scores, ((out, q), row)| {
-            paged_attention(
+        .enumerate()
+        .for_each_init(Vec::new, |scores, (job, (out, q))| {
+            let row = &batch.rows[job / n_kv];
+            paged_attention_group(
                 q,
                 keys,
                 values,
                 shape,
                 batch.seqs[row.seq].blocks,
                 row.context(),
+                job % n_kv,
                 scale,
                 out,
                 scores,
