@@ -23,7 +23,8 @@
 //! - The batch emits `E` tokens (one per decoding sequence, plus accepted drafts) in `T(n)`. One
 //!   more draft row adds `αᵢ^(kᵢ+1)` to `E` and `b` to `T` (plus, for a draft model, its
 //!   measured seconds per draft), which raises `E/T` exactly when `αᵢ^(kᵢ+1) > b·E/T`. Drafts
-//!   are granted greedily, the largest gain first, while that holds.
+//!   are granted greedily, the largest gain first, while the gain clears that bar by 20% (the
+//!   estimates are noisy, and a draft near break-even risks more than it can win).
 //!
 //! So speculation fades out smoothly as the batch grows (`E/T` grows, gains shrink) instead of
 //! falling off a fixed threshold, and sequences whose drafts are rarely accepted stop paying
@@ -177,6 +178,11 @@ impl MatchAcceptance {
     }
 }
 
+/// How much better than break-even a draft must look to be granted: the fit and the acceptance
+/// estimates are noisy, and near break-even a wrong guess costs throughput while a right one
+/// gains almost nothing, so marginal drafts are left out.
+const HURDLE: f64 = 1.2;
+
 /// Drafts per candidate sequence. `work`: the step's work without drafts; `draft_work`: what one
 /// draft row adds to the target's step (1 + κ); `draft_seconds`: what proposing one draft costs
 /// besides (zero for prompt lookup; a draft model's forward share for `STANDALONE`); `tokens`:
@@ -204,7 +210,7 @@ pub fn allocate(
             .map(|(i, &(alpha, _))| (i, alpha.powi(ks[i] as i32 + 1)))
             .max_by(|x, y| x.1.total_cmp(&y.1));
         let Some((i, gain)) = best else { break };
-        if gain <= b * e / t {
+        if gain <= HURDLE * b * e / t {
             break;
         }
         ks[i] += 1;
