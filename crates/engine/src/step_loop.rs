@@ -569,7 +569,7 @@ impl Engine {
             // Row n is draft node n (row 0 the sequence's last token): walk down from the root,
             // verifying each node's children on its row and following the one the target
             // chose; the row where the walk stops gives one more token of the model's own.
-            let mut emitted: Vec<Sampled> = Vec::with_capacity(draft.depth(draft.len()) + 1);
+            let mut emitted: Vec<Sampled> = Vec::with_capacity(draft.len() + 1);
             let mut path: Vec<usize> = Vec::new();
             let mut node = 0;
             loop {

@@ -217,19 +217,26 @@ proptest! {
     }
 }
 
-#[test]
-fn drafts_ride_along_a_decode_and_rejected_ones_leave_no_trace() {
+/// A scheduler over `pool` whose one sequence (prompt [1, 2, 3], then token 4) is decoding in
+/// the returned plan.
+fn decoding_one(pool: &BlockPool) -> (Scheduler, StepPlan) {
     let config = SchedulerConfig {
         max_running: 4,
         prefill_budget: 64,
     };
-    let pool = BlockPool::with_blocks(4, 8).unwrap();
     let mut s = Scheduler::new(config, pool.clone()).unwrap();
     s.add(SeqId(1), vec![1, 2, 3]);
     let plan = s.schedule();
     s.commit(&plan);
     s.push_token(SeqId(1), 4);
-    let mut plan = s.schedule();
+    let plan = s.schedule();
+    (s, plan)
+}
+
+#[test]
+fn drafts_ride_along_a_decode_and_rejected_ones_leave_no_trace() {
+    let pool = BlockPool::with_blocks(4, 8).unwrap();
+    let (mut s, mut plan) = decoding_one(&pool);
     assert_eq!(plan.batch[0].len, 1);
     // Not decoding in this plan: refused.
     assert!(!s.add_drafts(&mut plan, SeqId(9), &[5]));
@@ -263,16 +270,7 @@ fn drafts_ride_along_a_decode_and_rejected_ones_leave_no_trace() {
 #[test]
 fn slots_reserved_for_drafts_before_they_exist() {
     let pool = BlockPool::with_blocks(4, 4).unwrap();
-    let config = SchedulerConfig {
-        max_running: 4,
-        prefill_budget: 64,
-    };
-    let mut s = Scheduler::new(config, pool.clone()).unwrap();
-    s.add(SeqId(1), vec![1, 2, 3]);
-    let plan = s.schedule();
-    s.commit(&plan);
-    s.push_token(SeqId(1), 4);
-    let mut plan = s.schedule();
+    let (mut s, mut plan) = decoding_one(&pool);
     assert!(!s.reserve_drafts(&plan, SeqId(9), 2), "not decoding");
     assert!(!s.reserve_drafts(&plan, SeqId(1), 0), "nothing to reserve");
     assert!(

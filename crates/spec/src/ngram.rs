@@ -113,14 +113,17 @@ impl NgramProposer {
         let longest = found.first()?.0;
         // A trie of the continuations: (parent, token, weight, depth); node 0 is the root.
         let mut trie: Vec<(usize, u32, f64, usize)> = vec![(0, 0, 0.0, 0)];
+        let mut children: Vec<Vec<usize>> = vec![Vec::new()];
         for &(n, end) in &found {
             let weight = (n.min(30) as f64).exp2();
             let mut at = 0;
             for &t in &tokens[end..(end + max).min(len)] {
-                at = match (1..trie.len()).find(|&c| trie[c].0 == at && trie[c].1 == t) {
-                    Some(c) => c,
+                at = match children[at].iter().find(|&&c| trie[c].1 == t) {
+                    Some(&c) => c,
                     None => {
                         trie.push((at, t, 0.0, trie[at].3 + 1));
+                        children.push(Vec::new());
+                        children[at].push(trie.len() - 1);
                         trie.len() - 1
                     }
                 };
@@ -137,16 +140,19 @@ impl NgramProposer {
                 .then((trie[a].3, a).cmp(&(trie[b].3, b)))
         });
         let mut kept = vec![false; trie.len()];
-        let mut children = vec![0usize; trie.len()];
+        let mut kept_children = vec![0usize; trie.len()];
         kept[0] = true;
         let mut chosen = Vec::with_capacity(max);
         for n in order {
             let parent = trie[n].0;
-            if chosen.len() == max || !kept[parent] || children[parent] == width {
+            if chosen.len() == max {
+                break;
+            }
+            if !kept[parent] || kept_children[parent] == width {
                 continue;
             }
             kept[n] = true;
-            children[parent] += 1;
+            kept_children[parent] += 1;
             chosen.push(n);
         }
         let mut tree = DraftTree::default();
