@@ -12,7 +12,9 @@
 #              "--speculative-algorithm NGRAM", llama-server "--spec-type ngram-simple
 #              --spec-draft-n-max 8"), NAME (ngram: the candidate's result stem), LEVELS
 #              (1,2,5,10,30,70,100,250), THREADS (2), PORT (30000; the candidate uses PORT+1),
-#              OUT_DIR (target/bench-results)
+#              OUT_DIR (target/bench-results), ROUNDS (1: each level runs ROUNDS times per side,
+#              the sides' order swapped every round so a steady drift cancels; the per-round
+#              throughput ratios and their median are printed after the compare table of round 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVER="${SERVER:-specula}"
@@ -26,6 +28,7 @@ LEVELS="${LEVELS:-1,2,5,10,30,70,100,250}"
 THREADS="${THREADS:-2}"
 PORT="${PORT:-30000}"
 OUT_DIR="${OUT_DIR:-target/bench-results}"
+ROUNDS="${ROUNDS:-1}"
 mkdir -p "$OUT_DIR/levels"
 model=$(scripts/fetch-model.sh | tail -n1)
 cargo build --release --quiet
@@ -63,12 +66,17 @@ start_server $((PORT + 1)) "$OUT_DIR/$NAME.server.log" $SPEC
 
 IFS=, read -r -a levels <<<"$LEVELS"
 for level in "${levels[@]}"; do
-    for side in baseline "$NAME"; do
-        port=$PORT
-        [ "$side" = baseline ] || port=$((PORT + 1))
-        echo "== $side, C=$level"
-        target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
-            --output "$OUT_DIR/levels/$side.$level.json" "${bench_flags[@]}" "$@" | grep -E "C=" || true
+    for round in $(seq 1 "$ROUNDS"); do
+        sides=(baseline "$NAME")
+        [ $((round % 2)) = 1 ] || sides=("$NAME" baseline)
+        for side in "${sides[@]}"; do
+            port=$PORT
+            [ "$side" = baseline ] || port=$((PORT + 1))
+            echo "== $side, C=$level, round $round"
+            target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
+                --output "$OUT_DIR/levels/$side.$level.r$round.json" "${bench_flags[@]}" "$@" |
+                grep -E "C=" || true
+        done
     done
 done
 if [ "$SERVER" = specula ]; then
@@ -77,16 +85,25 @@ else
     grep -E "draft acceptance|accepted" "$OUT_DIR/$NAME.server.log" | tail -n 3 || true
 fi
 
-# One run file per side, its levels in order, for `specula bench compare`.
-python3 - "$OUT_DIR" "$NAME" "$LEVELS" <<'PY'
-import json, sys
-out, name, levels = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+# One run file per side (round 1), its levels in order, for `specula bench compare`; with
+# several rounds, each level's throughput ratio per round and the median.
+python3 - "$OUT_DIR" "$NAME" "$LEVELS" "$ROUNDS" <<'PY'
+import json, statistics, sys
+out, name, levels, rounds = sys.argv[1], sys.argv[2], sys.argv[3].split(","), int(sys.argv[4])
+load = lambda side, level, r: json.load(open(f"{out}/levels/{side}.{level}.r{r}.json"))
 for side in ("baseline", name):
-    runs = [json.load(open(f"{out}/levels/{side}.{l}.json")) for l in levels]
+    runs = [load(side, l, 1) for l in levels]
     merged = runs[0]
     merged["levels"] = [lv for r in runs for lv in r["levels"]]
     merged["config"]["concurrency"] = [int(l) for l in levels]
     json.dump(merged, open(f"{out}/{side}.json", "w"))
+if rounds > 1:
+    print(f"== throughput ratio ({name} / baseline) per round")
+    for l in levels:
+        tput = lambda side, r: load(side, l, r)["levels"][0]["stats"]["throughput_tok_s"]
+        ratios = [tput(name, r) / tput("baseline", r) for r in range(1, rounds + 1)]
+        shown = " ".join(f"x{x:.2f}" for x in ratios)
+        print(f"  C={int(l):>3} | {shown} | median x{statistics.median(ratios):.2f}")
 PY
-echo "== compare (baseline: no speculation, candidate: $NAME)"
+echo "== compare, round 1 (baseline: no speculation, candidate: $NAME)"
 target/release/specula bench compare "$OUT_DIR/baseline.json" "$OUT_DIR/$NAME.json"

@@ -7,6 +7,7 @@ use model::sampler::Sampled;
 use model::sampler::Sampler;
 use model::{LogitsFor, Model, Runner, SeqInput, Tree};
 use scheduler::{Scheduler, SchedulerConfig, SeqId, StepPlan};
+use spec::adaptive::Demand;
 use spec::{
     Acceptance, Algorithm, CostModel, DraftModel, DraftRequest, DraftTree, MatchAcceptance,
     NgramProposer, Policy, PolicyConfig,
@@ -406,15 +407,41 @@ impl Engine {
             });
         }
         if spec.adaptive {
-            let shape: Vec<(f64, usize)> = candidates.iter().map(|c| (c.alpha, c.max)).collect();
+            // Tokens weigh by how far their sequence is from done unless requests wait (see
+            // `spec::adaptive`).
+            let weights: HashMap<SeqId, f64> = if self.scheduler.waiting_len() > 0 {
+                decoding.iter().map(|&id| (id, 1.0)).collect()
+            } else {
+                let remaining: Vec<usize> = decoding
+                    .iter()
+                    .map(|id| {
+                        self.active
+                            .get(id)
+                            .map_or(0, |a| a.request.max_tokens.saturating_sub(a.generated))
+                    })
+                    .collect();
+                decoding
+                    .iter()
+                    .copied()
+                    .zip(spec::adaptive::urgency(&remaining))
+                    .collect()
+            };
+            let demands: Vec<Demand> = candidates
+                .iter()
+                .map(|c| Demand {
+                    alpha: c.alpha,
+                    max: c.max,
+                    weight: weights[&c.id],
+                })
+                .collect();
             let work = plan_work(plan, spec.logit_work - 1.0, &HashMap::new());
             let ks = spec::adaptive::allocate(
                 &spec.cost,
                 work,
                 spec.logit_work,
                 spec.draft_seconds,
-                decoding.len() as f64,
-                &shape,
+                decoding.iter().map(|id| weights[id]).sum(),
+                &demands,
             );
             for (c, k) in candidates.iter_mut().zip(ks) {
                 c.max = k;
