@@ -32,6 +32,9 @@ pub enum DatasetSpec {
     Rewrite,
     /// Random words, about this many tokens per prompt.
     Random { input_tokens: usize },
+    /// `groups` system prompts of about `prefix_tokens` tokens shared by the requests of each
+    /// group, each request adding its own question.
+    SharedPrefix { prefix_tokens: usize, groups: usize },
     /// The ShareGPT V3 file SGLang's and vLLM's benchmarks use (fetched by the CLI).
     ShareGpt,
     /// A JSONL file (`{"prompt"}` or `{"messages"}` per line) or a ShareGPT-style JSON array.
@@ -39,8 +42,25 @@ pub enum DatasetSpec {
 }
 
 impl DatasetSpec {
-    /// Parses `synthetic`, `rewrite`, `random:N`, `sharegpt` or a file path.
+    /// Parses `synthetic`, `rewrite`, `random:N`, `shared-prefix:TOKENS:GROUPS`, `sharegpt` or
+    /// a file path.
     pub fn parse(s: &str) -> Result<Self, String> {
+        if let Some(rest) = s.strip_prefix("shared-prefix:") {
+            let parsed = rest
+                .split_once(':')
+                .and_then(|(t, g)| Some((t.parse::<usize>().ok()?, g.parse::<usize>().ok()?)));
+            return match parsed {
+                Some((prefix_tokens, groups)) if prefix_tokens > 0 && groups > 0 => {
+                    Ok(Self::SharedPrefix {
+                        prefix_tokens,
+                        groups,
+                    })
+                }
+                _ => Err(format!(
+                    "`{s}`: shared-prefix:TOKENS:GROUPS needs a positive prefix length and number of groups"
+                )),
+            };
+        }
         match s {
             "synthetic" => Ok(Self::Synthetic),
             "rewrite" => Ok(Self::Rewrite),
@@ -139,6 +159,20 @@ mod tests {
             Ok(DatasetSpec::Random { input_tokens: 128 })
         );
         assert!(DatasetSpec::parse("random:0").is_err());
+        assert_eq!(
+            DatasetSpec::parse("shared-prefix:1000:4"),
+            Ok(DatasetSpec::SharedPrefix {
+                prefix_tokens: 1000,
+                groups: 4
+            })
+        );
+        for bad in [
+            "shared-prefix:1000",
+            "shared-prefix:0:4",
+            "shared-prefix:10:x",
+        ] {
+            assert!(DatasetSpec::parse(bad).is_err(), "{bad}");
+        }
         assert!(DatasetSpec::parse("random:x").is_err());
         assert_eq!(
             DatasetSpec::parse("p.jsonl"),

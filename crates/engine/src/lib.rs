@@ -6,6 +6,7 @@
 mod stats;
 mod step_loop;
 
+pub use scheduler::{FlushError, SchedulePolicy};
 pub use stats::{ACCEPT_BUCKETS, EngineStats, StatsSnapshot};
 
 use model::Model;
@@ -33,6 +34,10 @@ pub struct EngineConfig {
     pub block_size: usize,
     /// Speculative decoding, if on.
     pub speculative: Option<SpecConfig>,
+    /// The radix prefix cache (off: `--disable-radix-cache`).
+    pub prefix_cache: bool,
+    /// `--schedule-policy`: admission order.
+    pub schedule_policy: scheduler::SchedulePolicy,
 }
 
 /// Speculative decoding settings (SGLang's flag names in the comments).
@@ -117,6 +122,11 @@ pub enum TokenEvent {
         /// reports at the end; a request the caller stops early has it from here).
         spec_accept_length: Option<f32>,
     },
+    /// The request was scheduled for the first time; `cached_tokens` of its prompt came from the
+    /// prefix cache. Sent once, before any token.
+    Admitted {
+        cached_tokens: usize,
+    },
     Finished {
         reason: FinishReason,
         prompt_tokens: usize,
@@ -125,6 +135,15 @@ pub enum TokenEvent {
         spec_accept_length: Option<f32>,
     },
     Failed(String),
+}
+
+/// Why the prefix cache was not flushed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlushCacheError {
+    #[error("{0}")]
+    Refused(scheduler::FlushError),
+    #[error("the engine has stopped")]
+    Stopped,
 }
 
 /// Why a request was not accepted.
@@ -169,6 +188,8 @@ enum Command {
     },
     /// End a request early (e.g. a stop string matched): not counted as an abort.
     Stop(SeqId),
+    /// Empty the prefix cache; the reply says how many blocks went, or why not.
+    FlushCache(tokio::sync::oneshot::Sender<Result<usize, scheduler::FlushError>>),
 }
 
 /// The rest of the process's way to the engine. Cheap to clone.
@@ -228,6 +249,8 @@ pub fn start(
     let sched = scheduler::SchedulerConfig {
         max_running: config.max_running,
         prefill_budget: config.chunked_prefill_size,
+        prefix_cache: config.prefix_cache,
+        policy: config.schedule_policy,
     };
     sched
         .validate()
@@ -312,6 +335,19 @@ impl EngineHandle {
 
     pub fn stats(&self) -> &EngineStats {
         &self.stats
+    }
+
+    /// Empties the prefix cache (refused while requests run or wait, or with the cache off).
+    /// Returns the blocks dropped.
+    pub async fn flush_cache(&self) -> Result<usize, FlushCacheError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.commands
+            .send(Command::FlushCache(reply))
+            .map_err(|_| FlushCacheError::Stopped)?;
+        answer
+            .await
+            .map_err(|_| FlushCacheError::Stopped)?
+            .map_err(FlushCacheError::Refused)
     }
 
     /// Checks the limits a request must meet whatever the load.

@@ -27,6 +27,11 @@ pub struct EngineStats {
     /// The adaptive policy's step-cost fit, f64 bits: seconds per step and per work unit.
     cost_a: AtomicU64,
     cost_b: AtomicU64,
+    cache_blocks: AtomicUsize,
+    cache_idle_blocks: AtomicUsize,
+    cache_evicted_blocks: AtomicU64,
+    cache_prompt_tokens: AtomicU64,
+    cache_hit_tokens: AtomicU64,
 }
 
 /// Buckets of the accepted-drafts histogram: 0, 1, …, 15, and 16 or more.
@@ -63,6 +68,24 @@ pub struct StatsSnapshot {
     /// The adaptive policy's fit of step time, `a + b·work` seconds (0 without it).
     pub step_cost_a: f64,
     pub step_cost_b: f64,
+    /// Prefix cache: blocks held (and of those, idle ones), blocks evicted, and prompt tokens
+    /// of admitted requests with those the cache supplied.
+    pub cache_blocks: usize,
+    pub cache_idle_blocks: usize,
+    pub cache_evicted_blocks: u64,
+    pub cache_prompt_tokens: u64,
+    pub cache_hit_tokens: u64,
+}
+
+impl StatsSnapshot {
+    /// Share of admitted prompt tokens the prefix cache supplied (SGLang's `cache_hit_rate`).
+    pub fn cache_hit_rate(&self) -> f64 {
+        if self.cache_prompt_tokens == 0 {
+            0.0
+        } else {
+            self.cache_hit_tokens as f64 / self.cache_prompt_tokens as f64
+        }
+    }
 }
 
 impl EngineStats {
@@ -88,6 +111,11 @@ impl EngineStats {
             accept_hist: std::array::from_fn(|i| self.accept_hist[i].load(Relaxed)),
             step_cost_a: f64::from_bits(self.cost_a.load(Relaxed)),
             step_cost_b: f64::from_bits(self.cost_b.load(Relaxed)),
+            cache_blocks: self.cache_blocks.load(Relaxed),
+            cache_idle_blocks: self.cache_idle_blocks.load(Relaxed),
+            cache_evicted_blocks: self.cache_evicted_blocks.load(Relaxed),
+            cache_prompt_tokens: self.cache_prompt_tokens.load(Relaxed),
+            cache_hit_tokens: self.cache_hit_tokens.load(Relaxed),
         }
     }
 
@@ -110,6 +138,14 @@ impl EngineStats {
         self.running.store(running, Relaxed);
         self.queued.store(queued, Relaxed);
         self.kv_used_blocks.store(kv_used, Relaxed);
+    }
+
+    pub(crate) fn set_cache(&self, c: scheduler::CacheStats) {
+        self.cache_blocks.store(c.cached_blocks, Relaxed);
+        self.cache_idle_blocks.store(c.idle_blocks, Relaxed);
+        self.cache_evicted_blocks.store(c.evicted_blocks, Relaxed);
+        self.cache_prompt_tokens.store(c.prompt_tokens, Relaxed);
+        self.cache_hit_tokens.store(c.cached_prompt_tokens, Relaxed);
     }
 
     pub(crate) fn add_preemptions(&self, n: u64) {

@@ -28,6 +28,8 @@ struct Active {
     verifications: usize,
     verified_tokens: usize,
     acceptance: Acceptance,
+    /// Whether `TokenEvent::Admitted` went out.
+    announced: bool,
 }
 
 /// Where drafts come from.
@@ -244,6 +246,7 @@ impl Engine {
             for &id in &plan.preempted {
                 self.forget_drafts(id);
             }
+            self.announce_admissions(&plan);
             self.publish_load();
             if plan.is_empty() {
                 self.fail_unrunnable();
@@ -274,6 +277,7 @@ impl Engine {
                         verifications: 0,
                         verified_tokens: 0,
                         acceptance: Acceptance::default(),
+                        announced: false,
                     },
                 );
             }
@@ -282,6 +286,14 @@ impl Engine {
                     self.end(id);
                     self.stats.add_finished();
                 }
+            }
+            Command::FlushCache(reply) => {
+                let flushed = self.scheduler.flush_cache();
+                if let Ok(blocks) = flushed {
+                    tracing::info!(blocks, "prefix cache flushed");
+                }
+                self.publish_load();
+                let _ = reply.send(flushed);
             }
         }
     }
@@ -330,12 +342,35 @@ impl Engine {
         }
     }
 
+    /// Tells newly scheduled requests how much of their prompt the prefix cache supplied.
+    fn announce_admissions(&mut self, plan: &StepPlan) {
+        for b in &plan.batch {
+            let Some(a) = self.active.get_mut(&b.id).filter(|a| !a.announced) else {
+                continue;
+            };
+            let Some(cached) = self
+                .scheduler
+                .get(b.id)
+                .and_then(|s| s.cached_prompt_tokens())
+            else {
+                continue;
+            };
+            a.announced = true;
+            let _ = a.events.send(TokenEvent::Admitted {
+                cached_tokens: cached,
+            });
+        }
+    }
+
     fn publish_load(&self) {
+        // Idle cached blocks are free for any request (evicted on demand), as SGLang counts.
+        let cache = self.scheduler.cache_stats();
         self.stats.set_load(
             self.scheduler.running_len(),
             self.scheduler.waiting_len(),
-            self.scheduler.pool().used_blocks(),
+            self.scheduler.pool().used_blocks() - cache.idle_blocks,
         );
+        self.stats.set_cache(cache);
     }
 
     /// A sequence's draft-model KV is gone (it ended or lost its blocks).

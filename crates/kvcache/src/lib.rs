@@ -7,6 +7,8 @@
 //!   memory budget.
 //! - [`pool`]: [`BlockPool`], the blocks, their reference counts and the free list, with the
 //!   queries the scheduler needs (free, used, usage, `can_allocate`).
+//! - [`radix`]: [`RadixCache`], the prefix cache: full blocks of earlier sequences kept in a
+//!   radix tree by their tokens, reused by new sequences, evicted least recently used first.
 //! - [`table`]: [`BlockTable`], one sequence's blocks: append (atomic, [`OutOfBlocks`] on
 //!   failure), slot lookup, truncate (speculative rollback), fork (sharing by ref count) and
 //!   copy-on-write of a shared last block.
@@ -57,6 +59,7 @@
 
 pub mod layout;
 pub mod pool;
+pub mod radix;
 pub mod table;
 
 #[cfg(test)]
@@ -66,4 +69,5 @@ pub use layout::KvLayout;
 pub use pool::{
     BlockId, BlockPool, Capacity, ConfigError, DEFAULT_BLOCK_SIZE, OutOfBlocks, PoolConfig,
 };
+pub use radix::{PrefixMatch, RadixCache};
 pub use table::{BlockCopy, BlockTable, Slot};

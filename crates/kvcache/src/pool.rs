@@ -288,9 +288,10 @@ impl BlockPool {
         Ok(table)
     }
 
-    /// Panics unless the free list and the ref counts agree (tests only).
-    #[cfg(test)]
-    pub(crate) fn assert_consistent(&self) {
+    /// Panics unless the free list and the ref counts agree: no block free and referenced, none
+    /// unreferenced and not free, none free twice (for tests, here and in crates built on the
+    /// pool).
+    pub fn assert_consistent(&self) {
         let p = self.inner.borrow();
         let mut seen = vec![false; p.ref_counts.len()];
         for id in &p.free {

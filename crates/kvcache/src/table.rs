@@ -50,6 +50,26 @@ impl BlockTable {
         }
     }
 
+    /// A table over existing full blocks holding `num_tokens` tokens (a cached prefix), taking
+    /// one more reference to each; nothing is allocated, so it cannot fail.
+    pub(crate) fn sharing(pool: BlockPool, blocks: &[BlockId], num_tokens: usize) -> Self {
+        assert!(
+            num_tokens <= blocks.len() * pool.block_size(),
+            "more tokens than the blocks hold"
+        );
+        {
+            let mut inner = pool.inner().borrow_mut();
+            for &id in blocks {
+                inner.retain(id);
+            }
+        }
+        Self {
+            pool,
+            blocks: blocks.to_vec(),
+            num_tokens,
+        }
+    }
+
     /// The pool this table's blocks come from.
     pub fn pool(&self) -> &BlockPool {
         &self.pool

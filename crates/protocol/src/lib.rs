@@ -17,12 +17,21 @@ pub struct ChatMessage {
 }
 
 impl ChatMessage {
-    pub fn user(text: impl Into<String>) -> Self {
+    /// A message of `role` with plain text content.
+    pub fn new(role: &str, text: impl Into<String>) -> Self {
         Self {
-            role: "user".into(),
+            role: role.into(),
             content: Some(Value::String(text.into())),
             extra: Map::new(),
         }
+    }
+
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::new("user", text)
+    }
+
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::new("system", text)
     }
 
     /// The text of the message: the string content, or its text parts joined.

@@ -10,6 +10,15 @@
 //! 3. waiting sequences are admitted, oldest first (preempted ones first of all), while there is
 //!    room in the running set, budget and KV blocks.
 //!
+//! With the prefix cache on ([`SchedulerConfig::prefix_cache`]), an admitted sequence starts
+//! from the longest cached prefix of its tokens ([`kvcache::RadixCache`]) and each step's newly
+//! completed full blocks are inserted into the cache, so later sequences (and this one, if
+//! preempted) reuse them. A waiting sequence whose next uncached block another running sequence
+//! is computing right now waits for it instead of computing it too, so a prefix shared by many
+//! requests that arrive together is computed once. `lpm` admits the waiting sequences with the
+//! longest cached prefix first. Idle cached blocks are evicted (least recently used first)
+//! before anyone is preempted.
+//!
 //! When KV blocks run out for a running sequence, the newest running sequence is preempted: its
 //! blocks are freed and it goes back to the front of the queue with its tokens so far, to be
 //! recomputed later (the runner is batch-invariant, so recomputing changes nothing). The oldest
@@ -19,8 +28,19 @@ mod sequence;
 
 pub use sequence::{SeqId, Sequence};
 
-use kvcache::BlockPool;
+use kvcache::{BlockPool, OutOfBlocks, RadixCache};
 use std::collections::VecDeque;
+
+/// The order waiting sequences are admitted in (SGLang's `--schedule-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SchedulePolicy {
+    /// Arrival order (preempted sequences first).
+    #[default]
+    Fcfs,
+    /// Longest cached prefix first (arrival order among equals); arrival order without the
+    /// prefix cache or with a long queue.
+    Lpm,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerConfig {
@@ -28,6 +48,47 @@ pub struct SchedulerConfig {
     pub max_running: usize,
     /// Prompt tokens one step prefills at most, over all sequences (`--chunked-prefill-size`).
     pub prefill_budget: usize,
+    /// Reuse the KV of cached prefixes (off: `--disable-radix-cache`).
+    pub prefix_cache: bool,
+    pub policy: SchedulePolicy,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_running: 256,
+            prefill_budget: 8192,
+            prefix_cache: false,
+            policy: SchedulePolicy::Fcfs,
+        }
+    }
+}
+
+/// Above this many waiting sequences `lpm` admits in arrival order (as SGLang does): matching
+/// every waiting prompt against the cache each step would cost more than it saves.
+const LPM_MAX_QUEUE: usize = 128;
+
+/// Why the prefix cache could not be flushed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlushError {
+    #[error("the prefix cache is off (--disable-radix-cache)")]
+    Disabled,
+    #[error("{0} requests are running or waiting; flush the cache when the server is idle")]
+    Busy(usize),
+}
+
+/// The prefix cache's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Blocks the cache holds, in use by sequences or not.
+    pub cached_blocks: usize,
+    /// Of those, blocks no sequence uses (evictable).
+    pub idle_blocks: usize,
+    /// Blocks evicted so far.
+    pub evicted_blocks: u64,
+    /// Prompt tokens of admitted sequences, and those found in the cache (first admissions).
+    pub prompt_tokens: u64,
+    pub cached_prompt_tokens: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,9 +145,12 @@ impl StepPlan {
 pub struct Scheduler {
     config: SchedulerConfig,
     pool: BlockPool,
+    cache: Option<RadixCache>,
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     preemptions: u64,
+    prompt_tokens: u64,
+    cached_prompt_tokens: u64,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -104,10 +168,13 @@ impl Scheduler {
         config.validate()?;
         Ok(Self {
             config,
+            cache: config.prefix_cache.then(|| RadixCache::new(pool.clone())),
             pool,
             waiting: VecDeque::new(),
             running: Vec::new(),
             preemptions: 0,
+            prompt_tokens: 0,
+            cached_prompt_tokens: 0,
         })
     }
 
@@ -135,6 +202,32 @@ impl Scheduler {
 
     pub fn is_idle(&self) -> bool {
         self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// The prefix cache's counters (zeros when it is off).
+    pub fn cache_stats(&self) -> CacheStats {
+        let mut stats = CacheStats {
+            prompt_tokens: self.prompt_tokens,
+            cached_prompt_tokens: self.cached_prompt_tokens,
+            ..CacheStats::default()
+        };
+        if let Some(c) = &self.cache {
+            stats.cached_blocks = c.cached_blocks();
+            stats.idle_blocks = c.idle_blocks();
+            stats.evicted_blocks = c.evictions();
+        }
+        stats
+    }
+
+    /// Empties the prefix cache (SGLang's `/flush_cache`): only while nothing runs or waits, so
+    /// no request loses a prefix it was about to use. Returns the blocks dropped.
+    pub fn flush_cache(&mut self) -> Result<usize, FlushError> {
+        let busy = self.running.len() + self.waiting.len();
+        let cache = self.cache.as_mut().ok_or(FlushError::Disabled)?;
+        if busy > 0 {
+            return Err(FlushError::Busy(busy));
+        }
+        Ok(cache.clear())
     }
 
     /// Preemptions so far.
@@ -189,16 +282,41 @@ impl Scheduler {
                 i += 1;
             }
         }
-        // 3. Admissions, oldest first, without preempting anyone.
-        while budget > 0 && self.running.len() < self.config.max_running {
-            let Some(seq) = self.waiting.front_mut() else {
-                break;
-            };
+        // 3. Admissions, without preempting anyone.
+        self.order_waiting();
+        let mut i = 0;
+        while budget > 0 && self.running.len() < self.config.max_running && i < self.waiting.len() {
+            let bs = self.pool.block_size();
+            let seq = &mut self.waiting[i];
+            if let Some(cache) = self.cache.as_mut().filter(|_| !seq.has_blocks()) {
+                let tokens = seq.tokens();
+                let found = cache.match_prefix(&tokens[..tokens.len() - 1]);
+                // Its next block is being computed by a running sequence: wait for it.
+                let next = found.blocks.len() + 1;
+                if next * bs < tokens.len() {
+                    let shared = &tokens[..next * bs];
+                    if self
+                        .running
+                        .iter()
+                        .any(|r| r.pending_prefix(bs, next) == Some(shared))
+                    {
+                        i += 1;
+                        continue;
+                    }
+                }
+                seq.start_from(cache, &found);
+            }
             let len = seq.pending().min(budget);
-            if seq.reserve(&self.pool, len).is_err() {
+            if reserve(seq, &self.pool, self.cache.as_mut(), len).is_err() {
+                // Not now; it keeps no blocks while it waits.
+                seq.release();
                 break;
             }
-            let seq = self.waiting.pop_front().expect("front exists");
+            let mut seq = self.waiting.remove(i).expect("index in range");
+            if let Some((prompt, cached)) = seq.admitted() {
+                self.prompt_tokens += prompt as u64;
+                self.cached_prompt_tokens += cached as u64;
+            }
             plan.batch.push(Scheduled {
                 id: seq.id,
                 start: seq.computed(),
@@ -211,11 +329,36 @@ impl Scheduler {
         plan
     }
 
-    /// Makes room for `len` more tokens of running sequence `i`, preempting the newest running
-    /// sequences while blocks are short. False if `i` itself had to go.
+    /// For `lpm`: the waiting queue sorted by cached prefix length, longest first (a stable
+    /// sort, so arrival order among equals; preempted sequences stay in front).
+    fn order_waiting(&mut self) {
+        let Some(cache) = self.cache.as_ref() else {
+            return;
+        };
+        if self.config.policy != SchedulePolicy::Lpm
+            || self.waiting.len() < 2
+            || self.waiting.len() > LPM_MAX_QUEUE
+        {
+            return;
+        }
+        let mut keyed: Vec<(bool, usize, Sequence)> = self
+            .waiting
+            .drain(..)
+            .map(|s| {
+                let t = s.tokens();
+                (s.has_started(), cache.prefix_len(&t[..t.len() - 1]), s)
+            })
+            .collect();
+        keyed.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+        self.waiting.extend(keyed.into_iter().map(|(_, _, s)| s));
+    }
+
+    /// Makes room for `len` more tokens of running sequence `i`, evicting idle cached blocks and
+    /// then preempting the newest running sequences while blocks are short. False if `i` itself
+    /// had to go.
     fn reserve(&mut self, i: usize, len: usize, plan: &mut StepPlan) -> bool {
         loop {
-            if self.running[i].reserve(&self.pool, len).is_ok() {
+            if reserve(&mut self.running[i], &self.pool, self.cache.as_mut(), len).is_ok() {
                 return true;
             }
             let victim = self.running.len() - 1;
@@ -246,7 +389,7 @@ impl Scheduler {
         let Some(seq) = self.running.iter_mut().find(|s| s.id == id) else {
             return false;
         };
-        drafts > 0 && seq.reserve(&self.pool, 1 + drafts).is_ok()
+        drafts > 0 && reserve(seq, &self.pool, self.cache.as_mut(), 1 + drafts).is_ok()
     }
 
     /// Adds speculative draft tokens to a decode of the plan: the sequence feeds its last token
@@ -264,7 +407,9 @@ impl Scheduler {
         let Some(seq) = self.running.iter_mut().find(|s| s.id == id) else {
             return false;
         };
-        if drafts.is_empty() || seq.reserve(&self.pool, 1 + drafts.len()).is_err() {
+        if drafts.is_empty()
+            || reserve(seq, &self.pool, self.cache.as_mut(), 1 + drafts.len()).is_err()
+        {
             return false;
         }
         seq.add_drafts(drafts);
@@ -281,11 +426,16 @@ impl Scheduler {
         }
     }
 
-    /// Records that the step ran: each scheduled sequence's fed tokens now have their KV.
+    /// Records that the step ran: each scheduled sequence's fed tokens now have their KV, and
+    /// the full blocks they completed (drafts aside) go into the prefix cache.
     pub fn commit(&mut self, plan: &StepPlan) {
         for s in &plan.batch {
-            if let Some(seq) = self.running_mut(s.id) {
-                seq.advance(s.len);
+            let Some(seq) = self.running.iter_mut().find(|q| q.id == s.id) else {
+                continue;
+            };
+            seq.advance(s.len);
+            if let Some(cache) = self.cache.as_mut() {
+                seq.cache_blocks(cache);
             }
         }
     }
@@ -317,6 +467,24 @@ impl Scheduler {
             .chain(self.waiting.iter())
             .map(|s| s.id)
             .collect()
+    }
+}
+
+/// Makes sure `seq` has slots for its next `len` tokens, evicting idle cached blocks if the
+/// pool is short.
+fn reserve(
+    seq: &mut Sequence,
+    pool: &BlockPool,
+    cache: Option<&mut RadixCache>,
+    len: usize,
+) -> Result<(), OutOfBlocks> {
+    match seq.reserve(pool, len) {
+        Err(short) if cache.is_some() => {
+            let cache = cache.expect("checked");
+            cache.evict(short.needed - short.free);
+            seq.reserve(pool, len)
+        }
+        other => other,
     }
 }
 

@@ -1,6 +1,6 @@
 //! One sequence's tokens, how many of them have their KV computed, and its KV block table.
 
-use kvcache::{BlockPool, BlockTable, OutOfBlocks};
+use kvcache::{BlockPool, BlockTable, OutOfBlocks, PrefixMatch, RadixCache};
 
 /// The engine's id for a sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -16,6 +16,10 @@ pub struct Sequence {
     table: Option<BlockTable>,
     /// Draft tokens at the end of `tokens`, being verified this step.
     drafts: usize,
+    /// Leading full blocks of the table that are in the prefix cache.
+    inserted: usize,
+    /// Prompt tokens the first admission found in the prefix cache.
+    cached_prompt: Option<usize>,
 }
 
 impl Sequence {
@@ -27,6 +31,72 @@ impl Sequence {
             computed: 0,
             table: None,
             drafts: 0,
+            inserted: 0,
+            cached_prompt: None,
+        }
+    }
+
+    /// Prompt tokens whose KV came from the prefix cache when the sequence was first admitted
+    /// (OpenAI's `cached_tokens`); `None` before that.
+    pub fn cached_prompt_tokens(&self) -> Option<usize> {
+        self.cached_prompt
+    }
+
+    /// Tokens (not drafts) whose KV is computed.
+    fn committed(&self) -> usize {
+        self.computed.min(self.tokens.len() - self.drafts)
+    }
+
+    /// Whether it was admitted before (it was preempted if it waits again).
+    pub(crate) fn has_started(&self) -> bool {
+        self.cached_prompt.is_some()
+    }
+
+    /// Whether the sequence holds blocks (a waiting one holds none).
+    pub(crate) fn has_blocks(&self) -> bool {
+        self.table.is_some()
+    }
+
+    /// Starts a sequence without blocks from a cached prefix of its tokens.
+    pub(crate) fn start_from(&mut self, cache: &RadixCache, found: &PrefixMatch) {
+        debug_assert!(self.table.is_none() && found.tokens < self.tokens.len());
+        if found.tokens > 0 {
+            self.table = Some(cache.table_for(found));
+            self.computed = found.tokens;
+            self.inserted = found.blocks.len();
+        }
+    }
+
+    /// Records an admission; on the first, returns the prompt's length and the tokens of it the
+    /// cache supplied.
+    pub(crate) fn admitted(&mut self) -> Option<(usize, usize)> {
+        if self.cached_prompt.is_some() {
+            return None;
+        }
+        let cached = self.computed.min(self.prompt_len);
+        self.cached_prompt = Some(cached);
+        Some((self.prompt_len, cached))
+    }
+
+    /// Full blocks of this sequence's prefix (its first `blocks` blocks) the prefix cache may
+    /// still be waiting for: computed here but not yet inserted. The tokens of that prefix, if
+    /// this sequence has them all and is computing them.
+    pub(crate) fn pending_prefix(&self, block_size: usize, blocks: usize) -> Option<&[u32]> {
+        let end = blocks * block_size;
+        (self.inserted < blocks && self.tokens.len() >= end && self.table.is_some())
+            .then(|| &self.tokens[..end])
+    }
+
+    /// Inserts the newly completed full blocks into the prefix cache.
+    pub(crate) fn cache_blocks(&mut self, cache: &mut RadixCache) {
+        let Some(table) = self.table.as_ref() else {
+            return;
+        };
+        let bs = table.pool().block_size();
+        let full = self.committed() / bs;
+        if full > self.inserted {
+            cache.insert(&self.tokens[..full * bs], &table.blocks()[..full]);
+            self.inserted = full;
         }
     }
 
@@ -108,5 +178,6 @@ impl Sequence {
     pub(crate) fn release(&mut self) {
         self.table = None;
         self.computed = 0;
+        self.inserted = 0;
     }
 }

@@ -16,21 +16,34 @@ struct Request {
     max_new: usize,
 }
 
-/// Runs requests arriving at given steps to completion; returns each one's generated tokens,
-/// checking the scheduler's invariants at every step.
+/// Runs requests arriving at given steps to completion; returns each one's generated tokens
+/// and the preemptions, checking the scheduler's invariants at every step.
+///
+/// The "KV cache" is a store of token slots per block: a step writes each fed token into its
+/// slot, and a sequence's next token is computed from what its block table reads back, so
+/// wrong sharing (a cached block with other tokens, a shared block overwritten) changes the
+/// output.
 fn simulate(
     config: SchedulerConfig,
     blocks: u32,
     arrivals: &[(usize, Request)],
 ) -> (HashMap<u64, Vec<u32>>, u64) {
-    let pool = BlockPool::with_blocks(4, blocks).unwrap();
+    simulate_counting(config, blocks, arrivals).0
+}
+
+/// [`simulate`], also returning the prompt tokens the steps computed.
+fn simulate_counting(
+    config: SchedulerConfig,
+    blocks: u32,
+    arrivals: &[(usize, Request)],
+) -> ((HashMap<u64, Vec<u32>>, u64), usize) {
+    const BS: usize = 4;
+    let pool = BlockPool::with_blocks(BS, blocks).unwrap();
     let mut s = Scheduler::new(config, pool.clone()).unwrap();
-    // What the "KV cache" holds for each sequence: the tokens fed so far.
-    let mut fed: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut store: Vec<[Option<u32>; BS]> = vec![[None; BS]; blocks as usize];
     let mut max_new: HashMap<u64, usize> = HashMap::new();
     let mut done = HashMap::new();
-    let mut step = 0;
-    let mut next = 0;
+    let (mut step, mut next, mut prompt_computed) = (0, 0, 0);
     while next < arrivals.len() || !s.is_idle() {
         while next < arrivals.len() && arrivals[next].0 <= step {
             let id = next as u64;
@@ -39,25 +52,34 @@ fn simulate(
             next += 1;
         }
         let plan = s.schedule();
-        for id in &plan.preempted {
-            fed.remove(&id.0);
-        }
         let prefill: usize = plan.batch.iter().filter(|b| b.len > 1).map(|b| b.len).sum();
         assert!(prefill <= config.prefill_budget, "budget exceeded");
         assert!(s.running_len() <= config.max_running);
         let mut sampled = Vec::new();
         for b in &plan.batch {
             let seq = s.get(b.id).unwrap();
-            let kv = fed.entry(b.id.0).or_default();
-            assert_eq!(kv.len(), b.start, "chunks must be contiguous");
-            kv.extend_from_slice(&seq.tokens()[b.start..b.start + b.len]);
-            assert!(
-                seq.block_ids().len() * 4 >= b.start + b.len,
-                "slots reserved"
-            );
+            assert_eq!(seq.computed(), b.start, "chunks must be contiguous");
+            let table = seq.block_ids();
+            assert!(table.len() * BS >= b.start + b.len, "slots reserved");
+            for pos in b.start..b.start + b.len {
+                let (block, at) = (table[pos / BS], pos % BS);
+                let token = seq.tokens()[pos];
+                let slot = &mut store[block as usize][at];
+                assert!(
+                    pool.ref_count(kvcache::BlockId(block)) == 1 || *slot == Some(token),
+                    "a shared block overwritten"
+                );
+                *slot = Some(token);
+                if pos < seq.prompt_len() {
+                    prompt_computed += 1;
+                }
+            }
             if b.logits {
-                assert_eq!(kv.len(), seq.tokens().len());
-                sampled.push((b.id, next_token(kv)));
+                let kv: Vec<u32> = (0..b.start + b.len)
+                    .map(|p| store[table[p / BS] as usize][p % BS].expect("slot written"))
+                    .collect();
+                assert_eq!(kv, seq.tokens(), "the KV read back is the sequence's");
+                sampled.push((b.id, next_token(&kv)));
             }
         }
         s.commit(&plan);
@@ -67,14 +89,22 @@ fn simulate(
             if seq.generated().len() == max_new[&id.0] {
                 let seq = s.finish(id).unwrap();
                 done.insert(id.0, seq.generated().to_vec());
-                fed.remove(&id.0);
             }
         }
         step += 1;
         assert!(step < 100_000, "no progress");
     }
+    pool.assert_consistent();
+    assert_eq!(
+        pool.used_blocks(),
+        s.cache_stats().cached_blocks,
+        "blocks leaked"
+    );
+    if config.prefix_cache {
+        s.flush_cache().unwrap();
+    }
     assert_eq!(pool.used_blocks(), 0, "blocks leaked");
-    (done, s.preemptions())
+    ((done, s.preemptions()), prompt_computed)
 }
 
 fn requests(spec: &[(usize, usize, usize)]) -> Vec<(usize, Request)> {
@@ -92,6 +122,7 @@ fn chunked_prefill_joins_running_decodes() {
     let config = SchedulerConfig {
         max_running: 8,
         prefill_budget: 6,
+        ..SchedulerConfig::default()
     };
     let pool = BlockPool::with_blocks(4, 64).unwrap();
     let mut s = Scheduler::new(config, pool).unwrap();
@@ -141,6 +172,7 @@ fn the_newest_sequence_is_preempted_and_recomputed_with_the_same_result() {
     let config = SchedulerConfig {
         max_running: 4,
         prefill_budget: 16,
+        ..SchedulerConfig::default()
     };
     let spec = [(0, 5, 20), (0, 6, 20), (1, 3, 20), (2, 7, 20)];
     // 12 blocks of 4 tokens: too few for four 25-token sequences at once.
@@ -157,6 +189,7 @@ fn the_running_set_is_capped_and_the_rest_wait() {
     let config = SchedulerConfig {
         max_running: 2,
         prefill_budget: 100,
+        ..SchedulerConfig::default()
     };
     let pool = BlockPool::with_blocks(4, 100).unwrap();
     let mut s = Scheduler::new(config, pool).unwrap();
@@ -182,6 +215,7 @@ fn bad_configs_are_refused() {
     let zero = SchedulerConfig {
         max_running: 0,
         prefill_budget: 1,
+        ..SchedulerConfig::default()
     };
     assert_eq!(
         Scheduler::new(zero, pool.clone()).unwrap_err(),
@@ -190,6 +224,7 @@ fn bad_configs_are_refused() {
     let no_budget = SchedulerConfig {
         max_running: 1,
         prefill_budget: 0,
+        ..SchedulerConfig::default()
     };
     assert_eq!(
         Scheduler::new(no_budget, pool).unwrap_err(),
@@ -208,10 +243,13 @@ proptest! {
         max_running in 1usize..6,
         budget in 1usize..40,
         blocks in 13u32..40,
+        prefix_cache in any::<bool>(),
+        lpm in any::<bool>(),
     ) {
-        let config = SchedulerConfig { max_running, prefill_budget: budget };
+        let policy = if lpm { SchedulePolicy::Lpm } else { SchedulePolicy::Fcfs };
+        let config = SchedulerConfig { max_running, prefill_budget: budget, prefix_cache, policy };
         let (got, _) = simulate(config, blocks, &requests(&spec));
-        let roomy = SchedulerConfig { max_running: 64, prefill_budget: 1000 };
+        let roomy = SchedulerConfig { max_running: 64, prefill_budget: 1000, ..SchedulerConfig::default() };
         let (want, _) = simulate(roomy, 10_000, &requests(&spec));
         prop_assert_eq!(got, want);
     }
@@ -223,6 +261,7 @@ fn decoding_one(pool: &BlockPool) -> (Scheduler, StepPlan) {
     let config = SchedulerConfig {
         max_running: 4,
         prefill_budget: 64,
+        ..SchedulerConfig::default()
     };
     let mut s = Scheduler::new(config, pool.clone()).unwrap();
     s.add(SeqId(1), vec![1, 2, 3]);
@@ -284,4 +323,137 @@ fn slots_reserved_for_drafts_before_they_exist() {
     assert_eq!(s.get(SeqId(1)).unwrap().block_ids().len(), 2);
     assert!(s.add_drafts(&mut plan, SeqId(1), &[5, 6, 7]));
     assert_eq!(pool.used_blocks(), 2);
+}
+
+/// `n` prompts of a shared `prefix`-token head and a distinct 3-token tail, arriving at once.
+fn shared_prefix_requests(n: usize, prefix: usize, max_new: usize) -> Vec<(usize, Request)> {
+    (0..n)
+        .map(|i| {
+            let mut prompt: Vec<u32> = (0..prefix as u32).map(|t| t * 3 + 1).collect();
+            prompt.extend([900 + i as u32, 901, 902]);
+            (0, Request { prompt, max_new })
+        })
+        .collect()
+}
+
+fn cached(max_running: usize, prefill_budget: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        max_running,
+        prefill_budget,
+        prefix_cache: true,
+        policy: SchedulePolicy::Fcfs,
+    }
+}
+
+#[test]
+fn a_prefix_shared_by_requests_arriving_together_is_computed_once() {
+    let reqs = shared_prefix_requests(10, 40, 5);
+    let ((with, _), computed) = simulate_counting(cached(16, 64), 400, &reqs);
+    let off = SchedulerConfig {
+        prefix_cache: false,
+        ..cached(16, 64)
+    };
+    let ((without, _), all) = simulate_counting(off, 400, &reqs);
+    assert_eq!(with, without, "the cache must not change any output");
+    assert_eq!(all, 10 * 43);
+    // The first computes its whole prompt; the others wait for its blocks, then compute
+    // their own 3-token tail only.
+    assert_eq!(computed, 43 + 9 * 3);
+}
+
+#[test]
+fn cached_tokens_are_counted_and_the_cache_is_flushed_only_when_idle() {
+    let pool = BlockPool::with_blocks(4, 64).unwrap();
+    let mut s = Scheduler::new(cached(4, 64), pool.clone()).unwrap();
+    let prompt: Vec<u32> = (0..10).collect();
+    s.add(SeqId(1), prompt.clone());
+    let plan = s.schedule();
+    s.commit(&plan);
+    assert_eq!(s.get(SeqId(1)).unwrap().cached_prompt_tokens(), Some(0));
+    assert_eq!(
+        s.flush_cache(),
+        Err(FlushError::Busy(1)),
+        "refused while a request runs"
+    );
+    s.finish(SeqId(1));
+    // The same prompt again: its two full blocks come from the cache (not the last, partial one).
+    s.add(SeqId(2), prompt);
+    let plan = s.schedule();
+    assert_eq!((plan.batch[0].start, plan.batch[0].len), (8, 2));
+    assert_eq!(s.get(SeqId(2)).unwrap().cached_prompt_tokens(), Some(8));
+    let stats = s.cache_stats();
+    assert_eq!((stats.prompt_tokens, stats.cached_prompt_tokens), (20, 8));
+    s.commit(&plan);
+    s.finish(SeqId(2));
+    assert_eq!(s.flush_cache(), Ok(2));
+    assert_eq!(pool.used_blocks(), 0);
+    let off = SchedulerConfig {
+        prefix_cache: false,
+        ..cached(4, 64)
+    };
+    let mut s = Scheduler::new(off, pool).unwrap();
+    assert_eq!(s.flush_cache(), Err(FlushError::Disabled));
+}
+
+#[test]
+fn lpm_admits_the_longest_cached_prefix_first() {
+    for (policy, first) in [(SchedulePolicy::Fcfs, 2), (SchedulePolicy::Lpm, 3)] {
+        let pool = BlockPool::with_blocks(4, 64).unwrap();
+        let config = SchedulerConfig {
+            policy,
+            ..cached(1, 64)
+        };
+        let mut s = Scheduler::new(config, pool).unwrap();
+        let warm: Vec<u32> = (0..9).collect();
+        s.add(SeqId(1), warm.clone());
+        let plan = s.schedule();
+        s.commit(&plan);
+        s.finish(SeqId(1));
+        s.add(SeqId(2), vec![50, 51, 52, 53, 54]); // nothing cached
+        s.add(SeqId(3), warm); // 8 tokens cached
+        let plan = s.schedule();
+        assert_eq!(plan.batch.len(), 1, "one running at most");
+        assert_eq!(plan.batch[0].id, SeqId(first), "{policy:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Prompts sharing heads of different lengths, random arrivals, pools from tight to roomy:
+    /// the cache (either policy) never changes an output and leaves no block behind; with room
+    /// to spare it computes no more prompt tokens than no cache.
+    #[test]
+    fn shared_prefixes_give_the_uncached_output(
+        spec in prop::collection::vec((0usize..10, 0usize..3, 1usize..12, 1usize..10), 1..14),
+        max_running in 1usize..6,
+        budget in 1usize..40,
+        blocks in 14u32..60,
+        lpm in any::<bool>(),
+    ) {
+        let heads: [Vec<u32>; 3] = [
+            (0..17).map(|t| t * 5 + 2).collect(),
+            (0..9).map(|t| t * 5 + 2).collect(), // the first head's first 9 tokens
+            (0..12).map(|t| t * 11 + 3).collect(),
+        ];
+        let reqs: Vec<(usize, Request)> = spec
+            .iter()
+            .enumerate()
+            .map(|(i, &(at, head, tail, max_new))| {
+                let mut prompt = heads[head].clone();
+                prompt.extend((0..tail as u32).map(|t| 500 + t * 13 + i as u32));
+                (at, Request { prompt, max_new })
+            })
+            .collect();
+        let policy = if lpm { SchedulePolicy::Lpm } else { SchedulePolicy::Fcfs };
+        let on = SchedulerConfig { policy, ..cached(max_running, budget) };
+        let off = SchedulerConfig { prefix_cache: false, ..on };
+        let ((got, _), _) = simulate_counting(on, blocks, &reqs);
+        let ((want, _), uncached) = simulate_counting(off, 10_000, &reqs);
+        prop_assert_eq!(&got, &want);
+        // With room for everything (no preemption), the cache only ever saves work.
+        let ((roomy, _), computed) = simulate_counting(on, 10_000, &reqs);
+        prop_assert_eq!(roomy, want);
+        prop_assert!(computed <= uncached, "{} > {}", computed, uncached);
+    }
 }

@@ -47,6 +47,8 @@ struct Choice {
     last_token: Option<Instant>,
     finish: Option<&'static str>,
     spec_accept_length: Option<f32>,
+    /// Prompt tokens the prefix cache supplied, once the engine says.
+    cached_tokens: Option<usize>,
 }
 
 pub struct Generation {
@@ -55,6 +57,8 @@ pub struct Generation {
     choices: Vec<Choice>,
     queue: VecDeque<Update>,
     prompt_tokens: usize,
+    /// Choices per prompt.
+    n: usize,
     started: Instant,
     logprobs: bool,
     outcome: Option<Outcome>,
@@ -117,6 +121,7 @@ impl Generation {
                     last_token: None,
                     finish: None,
                     spec_accept_length: None,
+                    cached_tokens: None,
                 });
                 tokio::spawn(forward(index, stream, merged_tx.clone()));
             }
@@ -127,6 +132,7 @@ impl Generation {
             choices,
             queue: VecDeque::new(),
             prompt_tokens,
+            n: params.n.max(1),
             started,
             logprobs: params.logprobs.is_some(),
             outcome: None,
@@ -144,11 +150,19 @@ impl Generation {
             .iter()
             .filter_map(|c| c.spec_accept_length.map(f64::from))
             .collect();
+        // A prompt counts once however many choices it has: its best-served choice's hit.
+        let cached: usize = self
+            .choices
+            .chunks(self.n)
+            .map(|c| c.iter().filter_map(|c| c.cached_tokens).max().unwrap_or(0))
+            .sum();
         Usage {
             prompt_tokens: self.prompt_tokens as u64,
             completion_tokens: completion as u64,
             total_tokens: (self.prompt_tokens + completion) as u64,
-            prompt_tokens_details: None,
+            prompt_tokens_details: Some(protocol::PromptTokensDetails {
+                cached_tokens: cached as u64,
+            }),
             spec_accept_length: (!accept.is_empty())
                 .then(|| accept.iter().sum::<f64>() / accept.len() as f64),
         }
@@ -178,6 +192,9 @@ impl Generation {
         let metrics = &self.state.metrics;
         let choice = &mut self.choices[index];
         match event {
+            TokenEvent::Admitted { cached_tokens } => {
+                choice.cached_tokens = Some(cached_tokens);
+            }
             TokenEvent::Token {
                 id,
                 is_stop,
@@ -335,7 +352,7 @@ async fn forward(
             _ = merged.closed() => return,
             event = stream.events.recv() => {
                 let Some(event) = event else { return };
-                let last = !matches!(event, TokenEvent::Token { .. });
+                let last = matches!(event, TokenEvent::Finished { .. } | TokenEvent::Failed(_));
                 if merged.send((index, event)).is_err() || last {
                     return;
                 }

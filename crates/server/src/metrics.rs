@@ -120,7 +120,7 @@ impl ServerMetrics {
         );
         gauge(
             "kv_blocks_used",
-            "KV cache blocks in use.",
+            "KV cache blocks in use by requests (idle prefix-cache blocks count as free: they are evicted on demand).",
             "gauge",
             engine.kv_used_blocks as f64,
         );
@@ -224,6 +224,24 @@ impl ServerMetrics {
             "counter",
             engine.spec_steps_off as f64,
         );
+        gauge(
+            "cache_hit_rate",
+            "Share of admitted prompt tokens whose KV came from the prefix cache.",
+            "gauge",
+            engine.cache_hit_rate(),
+        );
+        gauge(
+            "cache_blocks",
+            "KV blocks held by the prefix cache (in use by requests or idle).",
+            "gauge",
+            engine.cache_blocks as f64,
+        );
+        gauge(
+            "cache_evicted_blocks_total",
+            "Idle prefix-cache blocks evicted to make room.",
+            "counter",
+            engine.cache_evicted_blocks as f64,
+        );
         let _ = writeln!(
             out,
             "# HELP specula:spec_accept_length Draft tokens accepted per verification.\n# TYPE specula:spec_accept_length histogram"
@@ -242,6 +260,11 @@ impl ServerMetrics {
             out,
             "specula:spec_accept_length_bucket{{le=\"+Inf\"}} {cumulative}\nspecula:spec_accept_length_sum {}\nspecula:spec_accept_length_count {}",
             engine.spec_accepted, engine.spec_verifications
+        );
+        let _ = writeln!(
+            out,
+            "# HELP specula:cached_tokens_total Prompt tokens served from the prefix cache, by tier.\n# TYPE specula:cached_tokens_total counter\nspecula:cached_tokens_total{{tier=\"device\"}} {}",
+            engine.cache_hit_tokens
         );
         let _ = writeln!(
             out,

@@ -1,5 +1,6 @@
-//! The routes: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`,
-//! `/health_generate`, `/server_info`, `/metrics`; everything else is a 404 with an error body.
+//! The routes: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/flush_cache`,
+//! `/health`, `/health_generate`, `/server_info`, `/metrics`; everything else is a 404 with an
+//! error body.
 
 use crate::body::Body;
 use crate::error::ApiError;
@@ -32,6 +33,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        .route("/flush_cache", post(flush_cache).get(flush_cache))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_api_key,
@@ -45,6 +47,24 @@ pub fn router(state: Shared) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
         .with_state(state)
+}
+
+/// Empties the prefix cache (SGLang's `/flush_cache`); refused with a 400 while requests run.
+async fn flush_cache(State(state): State<Shared>) -> Result<Response, ApiError> {
+    if state.phase() != Phase::Ready {
+        return Err(not_ready(&state));
+    }
+    match state.model().engine.flush_cache().await {
+        Ok(blocks) => Ok(axum::Json(json!({
+            "message": "Cache flushed.",
+            "flushed_blocks": blocks,
+        }))
+        .into_response()),
+        Err(engine::FlushCacheError::Refused(e)) => Err(ApiError::bad_request(format!(
+            "cannot flush the cache: {e}"
+        ))),
+        Err(e) => Err(ApiError::internal(e.to_string())),
+    }
 }
 
 async fn not_found(req: Request) -> ApiError {
@@ -582,7 +602,7 @@ pub async fn probe(engine: &engine::EngineHandle, timeout: Duration) -> Result<(
             match event {
                 engine::TokenEvent::Finished { .. } => return Ok(()),
                 engine::TokenEvent::Failed(m) => return Err(m),
-                engine::TokenEvent::Token { .. } => {}
+                engine::TokenEvent::Token { .. } | engine::TokenEvent::Admitted { .. } => {}
             }
         }
         Err("the engine stopped".to_string())
@@ -619,6 +639,15 @@ async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
             "generation_tokens": s.generation_tokens,
             "steps": s.steps,
             "finished": s.finished,
+        },
+        "prefix_cache": {
+            "enabled": state.loaded().is_some_and(|l| l.engine.config().prefix_cache),
+            "hit_rate": s.cache_hit_rate(),
+            "prompt_tokens": s.cache_prompt_tokens,
+            "cached_tokens": s.cache_hit_tokens,
+            "device_blocks": s.cache_blocks,
+            "device_idle_blocks": s.cache_idle_blocks,
+            "evicted_blocks": s.cache_evicted_blocks,
         },
         "speculative": {
             "draft_tokens": s.spec_proposed,

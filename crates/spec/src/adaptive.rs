@@ -27,7 +27,7 @@
 //!   estimates are noisy, and a draft near break-even risks more than it can win).
 //!
 //! - While no request waits for a slot, a sequence's tokens are weighted by how far it is from
-//!   done ([`urgency`]): its remaining `max_tokens` budget over the largest in the batch. A
+//!   done ([`urgency`]): ½ plus ½ × its remaining `max_tokens` budget over the largest. A
 //!   batch that nothing will join ends when its last sequence does, and drafts for sequences
 //!   already ahead make every step dearer without bringing that end closer; weighting steers
 //!   drafts to the laggards, so the batch finishes together instead of trailing off into
@@ -197,13 +197,22 @@ const HURDLE: f64 = 1.2;
 /// tight `max_tokens` would otherwise make every other sequence's tokens look worthless.
 const URGENCY_HORIZON: usize = 512;
 
+/// The weight of a sequence that is (about) done, next to 1 for the furthest from done.
+const URGENCY_FLOOR: f64 = 0.5;
+
 /// Each decoding sequence's weight from its remaining token budget (`max_tokens` minus tokens
-/// generated): the remaining budget, capped at [`URGENCY_HORIZON`], over the largest such in
-/// the batch. The furthest from done weighs 1.
+/// generated): from [`URGENCY_FLOOR`] for a spent budget to 1 for the largest in the batch (each
+/// capped at [`URGENCY_HORIZON`]), linear in between. The floor keeps drafts that pay well for a
+/// leader (a copy in progress at a small batch) while marginal ones go to the laggards: without
+/// it, leaders lost their drafts even where the whole batch gained from them (measured on the
+/// `rewrite` set at C=10: 1.02–1.03× against 1.23× before weighting).
 pub fn urgency(remaining: &[usize]) -> Vec<f64> {
-    let capped = |r: usize| r.clamp(1, URGENCY_HORIZON) as f64;
+    let capped = |r: usize| r.min(URGENCY_HORIZON) as f64;
     let most = remaining.iter().map(|&r| capped(r)).fold(1.0, f64::max);
-    remaining.iter().map(|&r| capped(r) / most).collect()
+    remaining
+        .iter()
+        .map(|&r| URGENCY_FLOOR + (1.0 - URGENCY_FLOOR) * capped(r) / most)
+        .collect()
 }
 
 /// One sequence that could take drafts this step.
@@ -314,10 +323,9 @@ mod tests {
 
     #[test]
     fn urgency_favours_the_sequences_furthest_from_done() {
-        assert_eq!(urgency(&[200, 100, 50]), [1.0, 0.5, 0.25]);
-        // Budgets past the horizon count alike; a spent budget still weighs something.
+        assert_eq!(urgency(&[200, 100, 0]), [1.0, 0.75, 0.5]);
+        // Budgets past the horizon count alike.
         assert_eq!(urgency(&[100_000, 512]), [1.0, 1.0]);
-        assert!(urgency(&[0, 512])[0] > 0.0);
         let c = fitted(0.02, 0.0012);
         let w = 1.27;
         let n = 12.0; // a batch where drafts are marginal
@@ -331,7 +339,7 @@ mod tests {
         let halves = allocate(&c, n * w, w, 0.0, n / 2.0, &[alike(0.5), alike(0.5)]);
         assert_eq!(unweighted, halves);
         // A sequence that is ahead gets fewer drafts than an equally good one behind it.
-        let ks = allocate(&c, n * w, w, 0.0, n * 0.6, &[alike(0.2), alike(1.0)]);
+        let ks = allocate(&c, n * w, w, 0.0, n * 0.75, &[alike(0.5), alike(1.0)]);
         assert!(ks[0] < ks[1], "{ks:?}");
         assert!(ks[1] > 0, "the laggard still speculates: {ks:?}");
     }

@@ -39,8 +39,9 @@ pub struct DemoArgs {
     max_tokens: u32,
     #[arg(long, default_value_t = 3)]
     warmup_requests: usize,
-    /// synthetic | rewrite | random:INPUT_TOKENS | sharegpt | a .jsonl file | a ShareGPT .json
-    /// file [default: synthetic; rewrite with --compare-spec].
+    /// synthetic | rewrite | random:INPUT_TOKENS | shared-prefix:PREFIX_TOKENS:GROUPS |
+    /// sharegpt | a .jsonl file | a ShareGPT .json file [default: synthetic; rewrite with
+    /// --compare-spec].
     #[arg(long)]
     dataset: Option<String>,
     /// Serve the model twice, without speculation and with it, run the levels alternately and

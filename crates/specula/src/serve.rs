@@ -90,6 +90,13 @@ pub struct ServeArgs {
     /// acceptance, instead of always the most.
     #[arg(long)]
     pub speculative_adaptive: bool,
+    /// Turn the radix prefix cache off: every prompt is computed in full.
+    #[arg(long)]
+    pub disable_radix_cache: bool,
+    /// Admission order of waiting requests: fcfs (arrival) or lpm (longest cached prefix
+    /// first) [default: fcfs].
+    #[arg(long)]
+    pub schedule_policy: Option<String>,
     /// A TOML file with any of these settings.
     #[arg(long)]
     #[serde(skip)]
@@ -113,6 +120,10 @@ pub struct ServeConfig {
     pub log_level: String,
     pub threads: Option<usize>,
     pub shutdown_timeout: u64,
+    pub disable_radix_cache: bool,
+    pub schedule_policy: String,
+    #[serde(skip)]
+    pub policy: engine::SchedulePolicy,
     /// Speculation, when on.
     #[serde(skip)]
     pub speculative: Option<engine::SpecConfig>,
@@ -168,8 +179,21 @@ impl ServeArgs {
                 .shutdown_timeout
                 .or(file.shutdown_timeout)
                 .unwrap_or(30),
+            disable_radix_cache: self.disable_radix_cache || file.disable_radix_cache,
+            schedule_policy: self
+                .schedule_policy
+                .or(file.schedule_policy)
+                .unwrap_or_else(|| "fcfs".into())
+                .to_ascii_lowercase(),
+            policy: engine::SchedulePolicy::Fcfs,
             speculative: None,
             speculative_draft_model_path: None,
+        };
+        let mut cfg = cfg;
+        cfg.policy = match cfg.schedule_policy.as_str() {
+            "fcfs" => engine::SchedulePolicy::Fcfs,
+            "lpm" => engine::SchedulePolicy::Lpm,
+            other => anyhow::bail!("--schedule-policy {other}: use fcfs or lpm"),
         };
         let algorithm: spec::Algorithm = self
             .speculative_algorithm
@@ -178,7 +202,6 @@ impl ServeArgs {
             .unwrap_or("NONE")
             .parse()
             .map_err(|e: String| anyhow!("--speculative-algorithm: {e}"))?;
-        let mut cfg = cfg;
         let topk = self
             .speculative_eagle_topk
             .or(file.speculative_eagle_topk)
@@ -418,6 +441,8 @@ fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
         context_length,
         block_size: BLOCK_SIZE,
         speculative: s.speculative,
+        prefix_cache: !s.disable_radix_cache,
+        schedule_policy: s.policy,
     };
     let draft = s
         .speculative_draft_model_path

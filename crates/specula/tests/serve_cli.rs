@@ -186,7 +186,18 @@ async fn chat_and_completions_answer_with_usage_streamed_or_not() {
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
         .collect();
     assert_eq!(streamed, text);
-    assert_eq!(chunks.last().unwrap()["usage"], *usage);
+    // The same usage, except that the repeated prompt's full blocks (all but its last token's)
+    // now come from the prefix cache.
+    let stream_usage = &chunks.last().unwrap()["usage"];
+    for field in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(stream_usage[field], usage[field], "{field}");
+    }
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0);
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        stream_usage["prompt_tokens_details"]["cached_tokens"],
+        (prompt - 1) / 16 * 16
+    );
     assert_eq!(
         chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
         full["choices"][0]["finish_reason"]
@@ -1027,5 +1038,151 @@ fn same_distribution(
         p > 0.01,
         "χ² = {stat:.1} over {} cells: p = {p:.4}",
         cells.len()
+    );
+}
+
+/// A system prompt of about `words` tokens (common words are one token each).
+fn long_system_prompt(words: usize) -> String {
+    const WORDS: [&str; 12] = [
+        "the", "river", "stone", "light", "city", "over", "garden", "small", "north", "after",
+        "window", "green",
+    ];
+    (0..words)
+        .map(|i| WORDS[(i * 7 + i / 12) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn with_system(system: &str, question: &str, max_tokens: usize) -> Value {
+    json!({"messages": [{"role": "system", "content": system},
+                        {"role": "user", "content": question}],
+           "max_tokens": max_tokens, "temperature": 0})
+}
+
+fn cached_tokens(response: &Value) -> u64 {
+    response["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no cached_tokens in {response}"))
+}
+
+#[tokio::test]
+async fn a_shared_system_prompt_is_prefilled_once_and_changes_no_output() {
+    let system = long_system_prompt(1000);
+    let question = |i: usize| format!("Question {i}: which word comes first in the text?");
+    let s = Server::start(&[]);
+    let url = s.url("/v1/chat/completions");
+    // 50 requests at once: the first computes the shared prompt, the others wait for its blocks.
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let (url, body) = (url.clone(), with_system(&system, &question(i), 4));
+            tokio::spawn(async move { post(&url, body).await })
+        })
+        .collect();
+    let mut responses = Vec::new();
+    for t in tasks {
+        let (status, r) = t.await.unwrap();
+        assert_eq!(status, 200, "{r}");
+        responses.push(r);
+    }
+    let prompt = responses[0]["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt > 1000, "{prompt} prompt tokens");
+    let computed: u64 = responses
+        .iter()
+        .map(|r| r["usage"]["prompt_tokens"].as_u64().unwrap() - cached_tokens(r))
+        .sum();
+    let reusing = responses
+        .iter()
+        .filter(|r| cached_tokens(r) >= prompt - 64)
+        .count();
+    assert!(
+        reusing >= 49,
+        "only {reusing} of 50 reused the system prompt"
+    );
+    // Once in full, then each request's own question and the block it starts in.
+    assert!(
+        computed < prompt + 50 * 64,
+        "{computed} prompt tokens computed for 50 × {prompt}"
+    );
+    let hits = metric(&s, "cached_tokens_total{tier=\"device\"}").await;
+    let total_cached: u64 = responses.iter().map(cached_tokens).sum();
+    assert_eq!(hits, total_cached as f64);
+    assert!(metric(&s, "cache_hit_rate").await > 0.9);
+    assert_eq!(
+        metric(&s, "kv_blocks_used").await,
+        0.0,
+        "idle cache counts as free"
+    );
+    // The same answers from a server without the cache (a sample of them).
+    let plain = Server::start(&["--disable-radix-cache"]);
+    for i in [0, 1, 17, 49] {
+        let (status, r) = post(
+            &plain.url("/v1/chat/completions"),
+            with_system(&system, &question(i), 4),
+        )
+        .await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(cached_tokens(&r), 0);
+        assert_eq!(
+            r["choices"][0]["message"]["content"], responses[i]["choices"][0]["message"]["content"],
+            "request {i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn flush_cache_empties_the_cache_and_is_refused_while_requests_run() {
+    let s = Server::start(&[]);
+    let url = s.url("/v1/chat/completions");
+    let body = with_system(&long_system_prompt(200), "Say hello.", 3);
+    let (_, first) = post(&url, body.clone()).await;
+    let (_, again) = post(&url, body.clone()).await;
+    assert!(cached_tokens(&again) >= 192, "{again}");
+    assert_eq!(
+        again["choices"][0]["message"]["content"],
+        first["choices"][0]["message"]["content"]
+    );
+    // A request in flight: refused with an OpenAI error.
+    let running = client()
+        .post(&url)
+        .json(&chat_body(
+            "Count to one thousand.",
+            json!({"max_tokens": 400, "ignore_eos": true, "stream": true}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = running.bytes_stream();
+    stream.next().await.unwrap().unwrap();
+    let r = client().post(s.url("/flush_cache")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let err: Value = r.json().await.unwrap();
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("running"),
+        "{err}"
+    );
+    drop(stream);
+    // Idle (the abort lands within a step): flushed, and the prompt is computed afresh.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = client().post(s.url("/flush_cache")).send().await.unwrap();
+        if r.status().as_u16() == 200 {
+            let v: Value = r.json().await.unwrap();
+            assert!(v["flushed_blocks"].as_u64().unwrap() > 0, "{v}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "flush refused for 30 s after the abort"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, after) = post(&url, body).await;
+    assert_eq!(cached_tokens(&after), 0);
+    assert_eq!(
+        after["choices"][0]["message"]["content"],
+        first["choices"][0]["message"]["content"]
     );
 }

@@ -4,6 +4,7 @@ mod arrivals;
 mod file;
 mod random;
 mod rewrite;
+mod shared_prefix;
 mod synthetic;
 
 pub use arrivals::poisson_offsets;
@@ -87,6 +88,14 @@ impl Dataset {
             DatasetSpec::Random { input_tokens } => (
                 format!("random:{input_tokens}"),
                 random::prompts(*input_tokens, min_prompts.max(1), seed),
+                Vec::new(),
+            ),
+            DatasetSpec::SharedPrefix {
+                prefix_tokens,
+                groups,
+            } => (
+                format!("shared-prefix:{prefix_tokens}:{groups}"),
+                shared_prefix::prompts(*prefix_tokens, *groups, min_prompts.max(1), seed),
                 Vec::new(),
             ),
             DatasetSpec::ShareGpt => return Err(WorkloadError::Unresolved),

@@ -203,18 +203,24 @@ pub fn prompts(input_tokens: usize, count: usize, seed: u64) -> Vec<Prompt> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0a4d_0a4d);
     (0..count)
         .map(|_| {
-            let mut text = String::with_capacity(input_tokens * 6);
-            for i in 0..input_tokens {
-                if i > 0 {
-                    text.push(' ');
-                }
-                text.push_str(WORDS.choose(&mut rng).expect("word list is not empty"));
-            }
+            let text = words(&mut rng, input_tokens);
             // A different opening per prompt keeps a prefix cache from sharing whole prompts.
             let n: u32 = rng.random_range(0..1_000_000);
             Prompt::Text(format!("{n} {text}"))
         })
         .collect()
+}
+
+/// `n` random common words separated by spaces.
+pub(super) fn words(rng: &mut StdRng, n: usize) -> String {
+    let mut text = String::with_capacity(n * 6);
+    for i in 0..n {
+        if i > 0 {
+            text.push(' ');
+        }
+        text.push_str(WORDS.choose(rng).expect("word list is not empty"));
+    }
+    text
 }
 
 #[cfg(test)]
