@@ -10,7 +10,9 @@
 # Usage: scripts/bench-spec.sh [specula bench flags, e.g. --dataset rewrite]
 # Environment: SERVER (specula or llama-server), SPEC (the candidate's server flags: specula
 #              "--speculative-algorithm NGRAM", llama-server "--spec-type ngram-simple
-#              --spec-draft-n-max 8"), NAME (ngram: the candidate's result stem), LEVELS
+#              --spec-draft-n-max 8"), BASE (the baseline's server flags, none by default; e.g.
+#              BASE=--disable-radix-cache SPEC= compares the prefix cache off and on), NAME
+#              (ngram: the candidate's result stem), LEVELS
 #              (1,2,5,10,30,70,100,250), THREADS (2), PORT (30000; the candidate uses PORT+1),
 #              OUT_DIR (target/bench-results), ROUNDS (1: each level runs ROUNDS times per side,
 #              the sides' order swapped every round so a steady drift cancels; the per-round
@@ -21,7 +23,7 @@ SERVER="${SERVER:-specula}"
 if [ "$SERVER" = llama-server ]; then
     SPEC="${SPEC:---spec-type ngram-simple --spec-draft-n-max 8}"
 else
-    SPEC="${SPEC:---speculative-algorithm NGRAM}"
+    SPEC="${SPEC---speculative-algorithm NGRAM}"
 fi
 NAME="${NAME:-ngram}"
 LEVELS="${LEVELS:-1,2,5,10,30,70,100,250}"
@@ -60,8 +62,9 @@ start_server() { # PORT LOG [flags...]
     echo "specula serve on port $port did not start; see $log" >&2
     exit 1
 }
-start_server "$PORT" "$OUT_DIR/baseline.server.log"
-# shellcheck disable=SC2086 # SPEC is a list of flags
+# shellcheck disable=SC2086 # BASE and SPEC are lists of flags
+start_server "$PORT" "$OUT_DIR/baseline.server.log" ${BASE:-}
+# shellcheck disable=SC2086
 start_server $((PORT + 1)) "$OUT_DIR/$NAME.server.log" $SPEC
 
 IFS=, read -r -a levels <<<"$LEVELS"
@@ -105,5 +108,5 @@ if rounds > 1:
         shown = " ".join(f"x{x:.2f}" for x in ratios)
         print(f"  C={int(l):>3} | {shown} | median x{statistics.median(ratios):.2f}")
 PY
-echo "== compare, round 1 (baseline: no speculation, candidate: $NAME)"
+echo "== compare, round 1 (baseline: ${BASE:-plain}, candidate: $NAME)"
 target/release/specula bench compare "$OUT_DIR/baseline.json" "$OUT_DIR/$NAME.json"

@@ -191,3 +191,126 @@ proptest! {
         prop_assert_eq!(pool.free_blocks(), pool.total_blocks());
     }
 }
+
+/// A request in the prefix-cache simulation: its tokens, the table over its KV, and how many of
+/// its tokens are computed (written into their slots).
+struct Live {
+    tokens: Vec<u32>,
+    table: BlockTable,
+    computed: usize,
+    inserted: usize,
+}
+
+/// 10,000 requests through a [`RadixCache`] over a small pool: prompts sharing heads, admitted
+/// from their longest cached prefix, computed in random chunks, finished (their full blocks
+/// cached) or aborted at random, with random evictions and flushes. The KV store is modelled as
+/// one token per slot: a matched prefix must hold exactly the prompt's tokens, and nobody may
+/// write into a block someone else holds. At the end no block is leaked or freed twice.
+fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32) {
+    use crate::radix::RadixCache;
+    let mut state = seed.max(1);
+    let mut rand = move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let pool = BlockPool::with_blocks(block_size, num_blocks).unwrap();
+    let mut cache = RadixCache::new(pool.clone());
+    let mut store: Vec<Vec<Option<u32>>> = vec![vec![None; block_size]; num_blocks as usize];
+    let heads: Vec<Vec<u32>> = (0..4u32)
+        .map(|h| (0..(3 + 5 * h)).map(|t| t % 3 + 10 * h).collect())
+        .collect();
+    let mut live: Vec<Live> = Vec::new();
+    let (mut admitted, mut reused) = (0, 0);
+    while admitted < 10_000 {
+        match rand(10) {
+            // A new request: a head, then a short random tail (tokens 0..3, so tails collide).
+            0..=2 => {
+                let mut tokens = heads[rand(heads.len())].clone();
+                tokens.extend((0..1 + rand(12)).map(|_| rand(3) as u32));
+                let found = cache.match_prefix(&tokens[..tokens.len() - 1]);
+                for (i, &b) in found.blocks.iter().enumerate() {
+                    let want = &tokens[i * block_size..(i + 1) * block_size];
+                    let held: Vec<u32> = store[b.index()].iter().map(|s| s.unwrap()).collect();
+                    assert_eq!(held, want, "a cached block holds other tokens");
+                }
+                let mut table = cache.table_for(&found);
+                let rest = tokens.len() - found.tokens;
+                if table.append(rest).is_err() {
+                    let short = table.blocks_needed(rest).saturating_sub(pool.free_blocks());
+                    cache.evict(short);
+                    if table.append(rest).is_err() {
+                        continue; // does not fit now: dropped
+                    }
+                }
+                admitted += 1;
+                reused += found.tokens;
+                live.push(Live {
+                    computed: found.tokens,
+                    inserted: found.blocks.len(),
+                    tokens,
+                    table,
+                });
+            }
+            // Compute a chunk of a request and cache its newly full blocks.
+            3..=6 if !live.is_empty() => {
+                let i = rand(live.len());
+                let r = &mut live[i];
+                let end = (r.computed + 1 + rand(8)).min(r.tokens.len());
+                for pos in r.computed..end {
+                    let slot = r.table.slot(pos).unwrap();
+                    assert_eq!(pool.ref_count(slot.block), 1, "a write into a shared block");
+                    store[slot.block.index()][slot.offset] = Some(r.tokens[pos]);
+                }
+                r.computed = end;
+                let full = r.computed / block_size;
+                if full > r.inserted {
+                    cache.insert(&r.tokens[..full * block_size], &r.table.blocks()[..full]);
+                    r.inserted = full;
+                }
+            }
+            // Finish or abort a request: its table goes, the cache keeps what it inserted.
+            7 | 8 if !live.is_empty() => {
+                let i = rand(live.len());
+                live.swap_remove(i);
+            }
+            _ => {
+                if rand(50) == 0 && live.is_empty() {
+                    cache.clear();
+                } else {
+                    // Evicting frees exactly what it says (never a block someone holds).
+                    let free = pool.free_blocks();
+                    let freed = cache.evict(rand(4));
+                    assert_eq!(pool.free_blocks(), free + freed);
+                }
+            }
+        }
+        pool.assert_consistent();
+        assert!(cache.cached_blocks() <= pool.used_blocks());
+    }
+    assert!(reused > 0, "the workload was meant to hit the cache");
+    drop(live);
+    assert_eq!(cache.idle_blocks(), cache.cached_blocks());
+    let cached = cache.cached_blocks();
+    assert_eq!(
+        cache.evict(usize::MAX),
+        cached,
+        "every idle block can be evicted"
+    );
+    assert_eq!(pool.free_blocks(), pool.total_blocks(), "leaked blocks");
+    pool.assert_consistent();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4))]
+
+    #[test]
+    fn ten_thousand_requests_through_the_prefix_cache_leak_nothing(
+        seed in any::<u64>(),
+        block_size in 1..=4usize,
+        num_blocks in 12..=48u32,
+    ) {
+        run_prefix_cache(seed, block_size, num_blocks);
+    }
+}
