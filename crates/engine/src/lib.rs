@@ -38,6 +38,8 @@ pub struct EngineConfig {
     pub prefix_cache: bool,
     /// `--schedule-policy`: admission order.
     pub schedule_policy: scheduler::SchedulePolicy,
+    /// `--enable-hierarchical-cache`: blocks of the prefix cache's host tier (0: none).
+    pub host_cache_blocks: usize,
 }
 
 /// Speculative decoding settings (SGLang's flag names in the comments).
@@ -250,6 +252,12 @@ pub fn start(
         max_running: config.max_running,
         prefill_budget: config.chunked_prefill_size,
         prefix_cache: config.prefix_cache,
+        host_blocks: u32::try_from(config.host_cache_blocks).map_err(|_| {
+            StartError::Config(format!(
+                "a host cache of {} blocks is too large",
+                config.host_cache_blocks
+            ))
+        })?,
         policy: config.schedule_policy,
     };
     sched

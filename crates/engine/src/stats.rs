@@ -32,6 +32,10 @@ pub struct EngineStats {
     cache_evicted_blocks: AtomicU64,
     cache_prompt_tokens: AtomicU64,
     cache_hit_tokens: AtomicU64,
+    cache_host_hit_tokens: AtomicU64,
+    cache_host_blocks: AtomicUsize,
+    cache_demoted_blocks: AtomicU64,
+    cache_promoted_blocks: AtomicU64,
 }
 
 /// Buckets of the accepted-drafts histogram: 0, 1, …, 15, and 16 or more.
@@ -75,6 +79,11 @@ pub struct StatsSnapshot {
     pub cache_evicted_blocks: u64,
     pub cache_prompt_tokens: u64,
     pub cache_hit_tokens: u64,
+    /// Host tier: cached tokens promoted from it, blocks in it, blocks moved there and back.
+    pub cache_host_hit_tokens: u64,
+    pub cache_host_blocks: usize,
+    pub cache_demoted_blocks: u64,
+    pub cache_promoted_blocks: u64,
 }
 
 impl StatsSnapshot {
@@ -116,6 +125,10 @@ impl EngineStats {
             cache_evicted_blocks: self.cache_evicted_blocks.load(Relaxed),
             cache_prompt_tokens: self.cache_prompt_tokens.load(Relaxed),
             cache_hit_tokens: self.cache_hit_tokens.load(Relaxed),
+            cache_host_hit_tokens: self.cache_host_hit_tokens.load(Relaxed),
+            cache_host_blocks: self.cache_host_blocks.load(Relaxed),
+            cache_demoted_blocks: self.cache_demoted_blocks.load(Relaxed),
+            cache_promoted_blocks: self.cache_promoted_blocks.load(Relaxed),
         }
     }
 
@@ -146,6 +159,11 @@ impl EngineStats {
         self.cache_evicted_blocks.store(c.evicted_blocks, Relaxed);
         self.cache_prompt_tokens.store(c.prompt_tokens, Relaxed);
         self.cache_hit_tokens.store(c.cached_prompt_tokens, Relaxed);
+        self.cache_host_hit_tokens
+            .store(c.host_prompt_tokens, Relaxed);
+        self.cache_host_blocks.store(c.host_blocks, Relaxed);
+        self.cache_demoted_blocks.store(c.demoted_blocks, Relaxed);
+        self.cache_promoted_blocks.store(c.promoted_blocks, Relaxed);
     }
 
     pub(crate) fn add_preemptions(&self, n: u64) {

@@ -98,6 +98,9 @@ pub(crate) struct Engine {
     end_of_generation: Vec<u32>,
     stats: Arc<EngineStats>,
     speculation: Option<Speculation>,
+    /// The prefix cache's host tier: `Runner::block_floats` floats per slot (pages are touched
+    /// only as blocks are demoted into them).
+    host_kv: Vec<f32>,
 }
 
 impl Engine {
@@ -114,6 +117,7 @@ impl Engine {
             .expect("start() checked the block size and count");
         let scheduler = Scheduler::new(sched, pool).expect("start() validated the config");
         let runner = Runner::new(&model.config, config.block_size, blocks);
+        let host_kv = vec![0.0; sched.host_blocks as usize * runner.block_floats()];
         let speculation = config.speculative.map(|c| Speculation {
             policy: Policy::new(PolicyConfig {
                 num_draft_tokens: c.num_draft_tokens,
@@ -145,6 +149,7 @@ impl Engine {
             end_of_generation,
             stats,
             speculation,
+            host_kv,
         };
         engine.calibrate();
         engine
@@ -253,6 +258,7 @@ impl Engine {
                 continue;
             }
             let drafts = self.propose(&mut plan);
+            self.copy_between_tiers();
             self.step(&plan, drafts);
         }
     }
@@ -339,6 +345,27 @@ impl Engine {
         self.end(id);
         if let Some(events) = events {
             let _ = events.send(TokenEvent::Failed(message.to_string()));
+        }
+    }
+
+    /// Makes the copies between the prefix cache's tiers that planning queued, in order, before
+    /// the forward pass can overwrite a demoted block.
+    fn copy_between_tiers(&mut self) {
+        let floats = self.runner.block_floats();
+        for copy in self.scheduler.take_copies() {
+            let slot = |h: kvcache::BlockId| h.index() * floats..(h.index() + 1) * floats;
+            let done = match copy {
+                kvcache::KvCopy::ToHost { device, host } => self
+                    .runner
+                    .save_block(device.0, &mut self.host_kv[slot(host)]),
+                kvcache::KvCopy::ToDevice { host, device } => {
+                    self.runner.load_block(device.0, &self.host_kv[slot(host)])
+                }
+            };
+            // Unreachable: the tiers were sized from the same layout.
+            if let Err(e) = done {
+                tracing::error!("KV copy between cache tiers failed: {e}");
+            }
         }
     }
 

@@ -204,10 +204,25 @@ struct Live {
 /// 10,000 requests through a [`RadixCache`] over a small pool: prompts sharing heads, admitted
 /// from their longest cached prefix, computed in random chunks, finished (their full blocks
 /// cached) or aborted at random, with random evictions and flushes. The KV store is modelled as
-/// one token per slot: a matched prefix must hold exactly the prompt's tokens, and nobody may
-/// write into a block someone else holds. At the end no block is leaked or freed twice.
-fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32) {
-    use crate::radix::RadixCache;
+/// one token per slot (on both tiers, the cache's copies made as it asks): a matched prefix must
+/// hold exactly the prompt's tokens, and nobody may write into a block someone else holds. At the
+/// end no block or host slot is leaked or freed twice.
+fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32, host_blocks: u32) {
+    use crate::radix::{KvCopy, RadixCache};
+    type Store = Vec<Vec<Option<u32>>>;
+    // The KV copies the cache asks for, made on the modelled stores.
+    fn apply(cache: &mut RadixCache, store: &mut Store, host_store: &mut Store) {
+        for copy in cache.take_copies() {
+            match copy {
+                KvCopy::ToHost { device, host } => {
+                    host_store[host.index()] = store[device.index()].clone();
+                }
+                KvCopy::ToDevice { host, device } => {
+                    store[device.index()] = host_store[host.index()].clone();
+                }
+            }
+        }
+    }
     let mut state = seed.max(1);
     let mut rand = move |n: usize| {
         state ^= state << 13;
@@ -216,8 +231,13 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32) {
         (state % n as u64) as usize
     };
     let pool = BlockPool::with_blocks(block_size, num_blocks).unwrap();
-    let mut cache = RadixCache::new(pool.clone());
-    let mut store: Vec<Vec<Option<u32>>> = vec![vec![None; block_size]; num_blocks as usize];
+    let host = (host_blocks > 0).then(|| BlockPool::with_blocks(block_size, host_blocks).unwrap());
+    let mut cache = match &host {
+        Some(h) => RadixCache::with_host_tier(pool.clone(), h.clone()),
+        None => RadixCache::new(pool.clone()),
+    };
+    let mut store: Store = vec![vec![None; block_size]; num_blocks as usize];
+    let mut host_store: Store = vec![vec![None; block_size]; host_blocks as usize];
     let heads: Vec<Vec<u32>> = (0..4u32)
         .map(|h| (0..(3 + 5 * h)).map(|t| t % 3 + 10 * h).collect())
         .collect();
@@ -229,26 +249,29 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32) {
             0..=2 => {
                 let mut tokens = heads[rand(heads.len())].clone();
                 tokens.extend((0..1 + rand(12)).map(|_| rand(3) as u32));
-                let found = cache.match_prefix(&tokens[..tokens.len() - 1]);
-                for (i, &b) in found.blocks.iter().enumerate() {
+                let found = cache.acquire(&tokens[..tokens.len() - 1]);
+                apply(&mut cache, &mut store, &mut host_store);
+                for (i, &b) in found.table.blocks().iter().enumerate() {
                     let want = &tokens[i * block_size..(i + 1) * block_size];
                     let held: Vec<u32> = store[b.index()].iter().map(|s| s.unwrap()).collect();
                     assert_eq!(held, want, "a cached block holds other tokens");
                 }
-                let mut table = cache.table_for(&found);
-                let rest = tokens.len() - found.tokens;
+                let reused_now = found.table.num_tokens();
+                let mut table = found.table;
+                let rest = tokens.len() - reused_now;
                 if table.append(rest).is_err() {
                     let short = table.blocks_needed(rest).saturating_sub(pool.free_blocks());
                     cache.evict(short);
+                    apply(&mut cache, &mut store, &mut host_store);
                     if table.append(rest).is_err() {
                         continue; // does not fit now: dropped
                     }
                 }
                 admitted += 1;
-                reused += found.tokens;
+                reused += reused_now;
                 live.push(Live {
-                    computed: found.tokens,
-                    inserted: found.blocks.len(),
+                    computed: reused_now,
+                    inserted: reused_now / block_size,
                     tokens,
                     table,
                 });
@@ -283,6 +306,7 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32) {
                     let free = pool.free_blocks();
                     let freed = cache.evict(rand(4));
                     assert_eq!(pool.free_blocks(), free + freed);
+                    apply(&mut cache, &mut store, &mut host_store);
                 }
             }
         }
@@ -300,6 +324,12 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32) {
     );
     assert_eq!(pool.free_blocks(), pool.total_blocks(), "leaked blocks");
     pool.assert_consistent();
+    if let Some(h) = host {
+        assert!(cache.stats().demoted > 0 && cache.stats().promoted > 0);
+        cache.clear();
+        assert_eq!(h.used_blocks(), 0, "leaked host slots");
+        h.assert_consistent();
+    }
 }
 
 proptest! {
@@ -310,7 +340,8 @@ proptest! {
         seed in any::<u64>(),
         block_size in 1..=4usize,
         num_blocks in 12..=48u32,
+        host_blocks in prop_oneof![Just(0u32), 4..=64u32],
     ) {
-        run_prefix_cache(seed, block_size, num_blocks);
+        run_prefix_cache(seed, block_size, num_blocks, host_blocks);
     }
 }

@@ -8,52 +8,103 @@
 //!
 //! The cache holds one pool reference to each cached block (so a block outlives the sequence
 //! that computed it); a sequence reusing a block holds another through its [`BlockTable`]. A
-//! block only the cache references, at a leaf of the tree, can be evicted: [`RadixCache::evict`]
-//! frees the least recently used first, which makes room in the pool when it runs short.
+//! block only the cache references, with no cached block after it on the device, can be
+//! evicted: [`RadixCache::evict`] frees the least recently used first, which makes room in the
+//! pool when it runs short.
+//!
+//! # Host tier
+//!
+//! With a second pool ([`RadixCache::with_host_tier`]), an evicted block is demoted instead of
+//! dropped: its node moves to a host slot, and a later match promotes it back into a fresh device
+//! block instead of having it recomputed. Only bookkeeping happens here: each demotion and
+//! promotion is queued as a [`KvCopy`] that the owner of the KV data performs, in queue order,
+//! before the next forward pass ([`RadixCache::take_copies`]). Along every path of the tree the
+//! device blocks come first: only a device node with no device children is demoted, and a match
+//! promotes host nodes in path order. When the host tier is full, its least recently used
+//! leaves are dropped.
 
 use crate::pool::{BlockId, BlockPool};
 use crate::table::BlockTable;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 type NodeId = usize;
 
 /// The tree's root, which holds no block.
 const ROOT: NodeId = 0;
 
+/// Where a cached block's KV is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Device(BlockId),
+    /// A slot of the host tier's pool.
+    Host(BlockId),
+}
+
 #[derive(Debug)]
 struct Node {
     parent: NodeId,
     /// This block's tokens (empty for the root).
     key: Box<[u32]>,
-    block: Option<BlockId>,
+    /// `None` for the root only.
+    place: Option<Place>,
     children: HashMap<Box<[u32]>, NodeId>,
     /// Logical time of the last match or insert through this node.
     last_used: u64,
 }
 
-/// What a lookup found: the blocks of the longest cached prefix, in order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PrefixMatch {
-    pub blocks: Vec<BlockId>,
-    /// Tokens those blocks hold (`blocks.len() × block_size`).
-    pub tokens: usize,
+/// A copy of one block's KV the data's owner must make before the next forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvCopy {
+    /// Demotion: device block to host slot (the device block is free afterwards).
+    ToHost { device: BlockId, host: BlockId },
+    /// Promotion: host slot to device block.
+    ToDevice { host: BlockId, device: BlockId },
 }
 
-/// A radix tree of cached KV blocks over one pool.
+/// What a lookup reused.
+#[derive(Debug)]
+pub struct Reuse {
+    /// A table holding the reused blocks (one reference each), for the sequence to append to.
+    pub table: BlockTable,
+    /// Of its tokens, those that were on the device and those promoted from the host tier.
+    pub device_tokens: usize,
+    pub host_tokens: usize,
+}
+
+/// Counters of the cache's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RadixStats {
+    /// Blocks held on the device (in use by sequences or idle) and in the host tier.
+    pub device_blocks: usize,
+    pub host_blocks: usize,
+    /// Device blocks only the cache holds (free for anyone, on eviction).
+    pub idle_blocks: usize,
+    /// Blocks dropped from the cache (from the device without a host tier, else from the host
+    /// tier), moved to the host tier, and brought back from it.
+    pub evicted: u64,
+    pub demoted: u64,
+    pub promoted: u64,
+}
+
+/// A radix tree of cached KV blocks over one pool, and optionally a host tier.
 pub struct RadixCache {
     pool: BlockPool,
+    host: Option<BlockPool>,
+    copies: Vec<KvCopy>,
     /// Slab of nodes; `None` marks a free slot (listed in `vacant`).
     nodes: Vec<Option<Node>>,
     vacant: Vec<NodeId>,
     clock: u64,
     evicted: u64,
+    demoted: u64,
+    promoted: u64,
 }
 
 impl std::fmt::Debug for RadixCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RadixCache")
-            .field("cached_blocks", &self.cached_blocks())
-            .field("evicted", &self.evicted)
+            .field("stats", &self.stats())
             .finish()
     }
 }
@@ -62,17 +113,34 @@ impl RadixCache {
     pub fn new(pool: BlockPool) -> Self {
         Self {
             pool,
+            host: None,
+            copies: Vec::new(),
             nodes: vec![Some(Node {
                 parent: ROOT,
                 key: Box::new([]),
-                block: None,
+                place: None,
                 children: HashMap::new(),
                 last_used: 0,
             })],
             vacant: Vec::new(),
             clock: 0,
             evicted: 0,
+            demoted: 0,
+            promoted: 0,
         }
+    }
+
+    /// A cache whose evicted blocks move to `host` (a pool of host slots of the same block
+    /// size) instead of being dropped.
+    pub fn with_host_tier(pool: BlockPool, host: BlockPool) -> Self {
+        assert_eq!(
+            pool.block_size(),
+            host.block_size(),
+            "tiers of one block size"
+        );
+        let mut cache = Self::new(pool);
+        cache.host = Some(host);
+        cache
     }
 
     pub fn pool(&self) -> &BlockPool {
@@ -87,49 +155,56 @@ impl RadixCache {
         self.nodes[id].as_mut().expect("live node")
     }
 
-    /// Blocks the cache holds (some may also be in use by sequences).
-    pub fn cached_blocks(&self) -> usize {
-        self.nodes.len() - self.vacant.len() - 1
+    fn live(&self) -> impl Iterator<Item = (NodeId, &Node)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter_map(|(id, n)| n.as_ref().map(|n| (id, n)))
     }
 
-    /// Blocks evicted so far.
+    pub fn stats(&self) -> RadixStats {
+        let mut s = RadixStats {
+            evicted: self.evicted,
+            demoted: self.demoted,
+            promoted: self.promoted,
+            ..RadixStats::default()
+        };
+        for (_, n) in self.live() {
+            match n.place {
+                Some(Place::Device(b)) => {
+                    s.device_blocks += 1;
+                    s.idle_blocks += usize::from(self.pool.ref_count(b) == 1);
+                }
+                Some(Place::Host(_)) => s.host_blocks += 1,
+                None => {}
+            }
+        }
+        s
+    }
+
+    /// Blocks the cache holds on the device (some may also be in use by sequences).
+    pub fn cached_blocks(&self) -> usize {
+        self.stats().device_blocks
+    }
+
+    /// Blocks dropped so far.
     pub fn evictions(&self) -> u64 {
         self.evicted
     }
 
-    /// Cached blocks no sequence uses: what [`RadixCache::evict`] could free at most.
+    /// Cached device blocks no sequence uses: what [`RadixCache::evict`] could free at most.
     pub fn idle_blocks(&self) -> usize {
-        self.nodes
-            .iter()
-            .flatten()
-            .filter_map(|n| n.block)
-            .filter(|&b| self.pool.ref_count(b) == 1)
-            .count()
+        self.stats().idle_blocks
     }
 
-    /// The longest cached prefix of `tokens` in whole blocks, marked as just used. Callers that
-    /// need the last token's logits pass all but that token.
-    pub fn match_prefix(&mut self, tokens: &[u32]) -> PrefixMatch {
-        self.clock += 1;
-        let (clock, bs) = (self.clock, self.pool.block_size());
-        let mut found = PrefixMatch::default();
-        let mut at = ROOT;
-        for key in tokens.chunks_exact(bs) {
-            let Some(&child) = self.node(at).children.get(key) else {
-                break;
-            };
-            at = child;
-            let node = self.node_mut(at);
-            node.last_used = clock;
-            found
-                .blocks
-                .push(node.block.expect("only the root has no block"));
-        }
-        found.tokens = found.blocks.len() * bs;
-        found
+    /// The copies queued since the last call, in the order they must be made.
+    pub fn take_copies(&mut self) -> Vec<KvCopy> {
+        std::mem::take(&mut self.copies)
     }
 
-    /// Tokens of the longest cached prefix of `tokens`, in whole blocks; changes nothing.
+    /// Tokens of the longest cached prefix of `tokens` (either tier), in whole blocks; changes
+    /// nothing.
     pub fn prefix_len(&self, tokens: &[u32]) -> usize {
         let bs = self.pool.block_size();
         let mut at = ROOT;
@@ -144,15 +219,81 @@ impl RadixCache {
         blocks * bs
     }
 
-    /// A table holding a match's blocks (one more reference each), for a sequence that starts
-    /// with those tokens and appends its own after them.
-    pub fn table_for(&self, found: &PrefixMatch) -> BlockTable {
-        BlockTable::sharing(self.pool.clone(), &found.blocks, found.tokens)
+    /// The longest cached prefix of `tokens` in whole blocks, as a table for a sequence that
+    /// starts with those tokens and appends its own after them; host-tier blocks on the way are
+    /// promoted (while device blocks can be had). Marks the path as just used. Callers that need
+    /// the last token's logits pass all but that token.
+    pub fn acquire(&mut self, tokens: &[u32]) -> Reuse {
+        self.clock += 1;
+        let (clock, bs) = (self.clock, self.pool.block_size());
+        let mut blocks = Vec::new();
+        let mut host_blocks = 0;
+        let mut at = ROOT;
+        for key in tokens.chunks_exact(bs) {
+            let Some(&child) = self.node(at).children.get(key) else {
+                break;
+            };
+            let block = match self.node(child).place.expect("only the root has no place") {
+                Place::Device(b) => b,
+                Place::Host(h) => match self.promote(child, h) {
+                    Some(b) => {
+                        host_blocks += 1;
+                        b
+                    }
+                    None => break,
+                },
+            };
+            // The sequence's reference, taken now so that promotions further down cannot
+            // evict this block.
+            self.pool.inner().borrow_mut().retain(block);
+            blocks.push(block);
+            at = child;
+            self.node_mut(at).last_used = clock;
+        }
+        let tokens = blocks.len() * bs;
+        Reuse {
+            table: BlockTable::adopt(self.pool.clone(), blocks, tokens),
+            device_tokens: tokens - host_blocks * bs,
+            host_tokens: host_blocks * bs,
+        }
+    }
+
+    /// Brings host node `id` (slot `h`) back into a device block, evicting another if need be.
+    fn promote(&mut self, id: NodeId, h: BlockId) -> Option<BlockId> {
+        let mut fresh = Vec::with_capacity(1);
+        if self
+            .pool
+            .inner()
+            .borrow_mut()
+            .allocate_into(1, &mut fresh)
+            .is_err()
+        {
+            // Dropped, not demoted: a demotion could take the host tier's last leaf, this one.
+            self.evict_from_device(1, false);
+            self.pool
+                .inner()
+                .borrow_mut()
+                .allocate_into(1, &mut fresh)
+                .ok()?;
+        }
+        let device = fresh[0];
+        self.copies.push(KvCopy::ToDevice { host: h, device });
+        self.release_host(h);
+        self.node_mut(id).place = Some(Place::Device(device));
+        self.promoted += 1;
+        Some(device)
+    }
+
+    fn release_host(&self, h: BlockId) {
+        if let Some(host) = &self.host {
+            host.inner().borrow_mut().release(h);
+        }
     }
 
     /// Caches the full blocks of a sequence: `tokens` (a whole number of blocks) whose KV is in
-    /// `blocks`. Blocks already cached under the same tokens stay as they are (the sequence
-    /// keeps its own copy until it ends); new ones gain the cache's reference.
+    /// `blocks`. Blocks already cached on the device under the same tokens stay as they are
+    /// (the sequence keeps its own copy until it ends); a host-tier copy is replaced by the
+    /// sequence's block; new ones gain the cache's reference.
     pub fn insert(&mut self, tokens: &[u32], blocks: &[BlockId]) {
         let bs = self.pool.block_size();
         assert_eq!(tokens.len(), blocks.len() * bs, "whole blocks only");
@@ -161,13 +302,20 @@ impl RadixCache {
         let mut at = ROOT;
         for (key, &block) in tokens.chunks_exact(bs).zip(blocks) {
             at = match self.node(at).children.get(key) {
-                Some(&child) => child,
+                Some(&child) => {
+                    if let Some(Place::Host(h)) = self.node(child).place {
+                        self.pool.inner().borrow_mut().retain(block);
+                        self.release_host(h);
+                        self.node_mut(child).place = Some(Place::Device(block));
+                    }
+                    child
+                }
                 None => {
                     self.pool.inner().borrow_mut().retain(block);
                     let node = Node {
                         parent: at,
                         key: key.into(),
-                        block: Some(block),
+                        place: Some(Place::Device(block)),
                         children: HashMap::new(),
                         last_used: clock,
                     };
@@ -189,67 +337,117 @@ impl RadixCache {
         }
     }
 
-    /// Frees up to `n` blocks that only the cache holds, least recently used leaves first (a
-    /// parent becomes a leaf once its children are gone). Returns how many were freed.
+    /// A device node only the cache holds, with no device node after it.
+    fn device_leaf(&self, id: NodeId) -> bool {
+        let node = self.node(id);
+        let idle = matches!(node.place, Some(Place::Device(b)) if self.pool.ref_count(b) == 1);
+        idle && node
+            .children
+            .values()
+            .all(|&c| !matches!(self.node(c).place, Some(Place::Device(_))))
+    }
+
+    /// Frees up to `n` device blocks that only the cache holds, least recently used first (a
+    /// parent's turn comes once nothing after it is on the device). With a host tier they move
+    /// there; without, they are dropped. Returns how many device blocks were freed.
     pub fn evict(&mut self, n: usize) -> usize {
+        self.evict_from_device(n, true)
+    }
+
+    fn evict_from_device(&mut self, n: usize, demote: bool) -> usize {
         if n == 0 {
             return 0;
         }
-        let idle_leaf = |cache: &Self, id: NodeId| {
-            let node = cache.node(id);
-            id != ROOT
-                && node.children.is_empty()
-                && node.block.is_some_and(|b| cache.pool.ref_count(b) == 1)
-        };
-        // Min-heap on last use.
-        let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, NodeId)>> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(id, n)| n.is_some() && idle_leaf(self, *id))
-            .map(|(id, n)| std::cmp::Reverse((n.as_ref().expect("live").last_used, id)))
+        let mut heap: BinaryHeap<Reverse<(u64, NodeId)>> = self
+            .live()
+            .filter(|&(id, _)| self.device_leaf(id))
+            .map(|(id, node)| Reverse((node.last_used, id)))
             .collect();
         let mut freed = 0;
         while freed < n {
-            let Some(std::cmp::Reverse((_, id))) = heap.pop() else {
+            let Some(Reverse((_, id))) = heap.pop() else {
                 break;
             };
-            let parent = self.remove_leaf(id);
+            let Some(Place::Device(b)) = self.node(id).place else {
+                continue;
+            };
+            let parent = self.node(id).parent;
+            let slot = if demote { self.host_slot() } else { None };
+            match slot {
+                Some(h) => {
+                    self.copies.push(KvCopy::ToHost { device: b, host: h });
+                    self.pool.inner().borrow_mut().release(b);
+                    self.node_mut(id).place = Some(Place::Host(h));
+                    self.demoted += 1;
+                }
+                None => self.drop_subtree(id),
+            }
             freed += 1;
-            if idle_leaf(self, parent) {
-                heap.push(std::cmp::Reverse((self.node(parent).last_used, parent)));
+            if parent != ROOT && self.device_leaf(parent) {
+                heap.push(Reverse((self.node(parent).last_used, parent)));
             }
         }
-        self.evicted += freed as u64;
         freed
     }
 
-    /// Drops a leaf and its block reference; returns its parent.
-    fn remove_leaf(&mut self, id: NodeId) -> NodeId {
-        let node = self.nodes[id].take().expect("live node");
-        debug_assert!(node.children.is_empty());
-        self.node_mut(node.parent).children.remove(&node.key);
-        if let Some(b) = node.block {
-            self.pool.inner().borrow_mut().release(b);
+    /// A free host slot, dropping the host tier's least recently used leaf if it is full;
+    /// `None` without a host tier (or one of no slots).
+    fn host_slot(&mut self) -> Option<BlockId> {
+        let host = self.host.clone()?;
+        let mut slot = Vec::with_capacity(1);
+        if host
+            .inner()
+            .borrow_mut()
+            .allocate_into(1, &mut slot)
+            .is_ok()
+        {
+            return Some(slot[0]);
         }
-        self.vacant.push(id);
-        node.parent
+        let victim = self
+            .live()
+            .filter(|(_, n)| matches!(n.place, Some(Place::Host(_))) && n.children.is_empty())
+            .min_by_key(|(_, n)| n.last_used)
+            .map(|(id, _)| id)?;
+        self.drop_subtree(victim);
+        host.inner().borrow_mut().allocate_into(1, &mut slot).ok()?;
+        Some(slot[0])
     }
 
-    /// Drops every cached block (those in use stay with their sequences). Returns how many
-    /// nodes were dropped.
-    pub fn clear(&mut self) -> usize {
-        let dropped = self.cached_blocks();
-        let mut pool = self.pool.inner().borrow_mut();
-        for node in self.nodes.drain(1..).flatten() {
-            if let Some(b) = node.block {
-                pool.release(b);
-            }
+    /// Drops a node and everything after it, releasing their blocks.
+    fn drop_subtree(&mut self, id: NodeId) {
+        let mut stack = vec![id];
+        let mut dropped = Vec::new();
+        while let Some(n) = stack.pop() {
+            stack.extend(self.node(n).children.values().copied());
+            dropped.push(n);
         }
-        drop(pool);
-        self.vacant.clear();
-        self.node_mut(ROOT).children.clear();
-        dropped
+        let node = self.node(id);
+        let (parent, key) = (node.parent, node.key.clone());
+        self.node_mut(parent).children.remove(&key);
+        for n in dropped {
+            let node = self.nodes[n].take().expect("live node");
+            match node.place {
+                Some(Place::Device(b)) => self.pool.inner().borrow_mut().release(b),
+                Some(Place::Host(h)) => self.release_host(h),
+                None => {}
+            }
+            self.vacant.push(n);
+            self.evicted += 1;
+        }
+    }
+
+    /// Drops every cached block on both tiers (those in use stay with their sequences), and
+    /// any copies not yet made. Returns how many blocks were dropped.
+    pub fn clear(&mut self) -> usize {
+        let stats = self.stats();
+        let children: Vec<NodeId> = self.node(ROOT).children.values().copied().collect();
+        let evicted = self.evicted;
+        for c in children {
+            self.drop_subtree(c);
+        }
+        self.evicted = evicted;
+        self.copies.clear();
+        stats.device_blocks + stats.host_blocks
     }
 }
 
@@ -267,6 +465,11 @@ mod tests {
         (0..n as u32).map(|i| i * 31 + seed).collect()
     }
 
+    /// The reused blocks, dropping the table.
+    fn reused(cache: &mut RadixCache, tokens: &[u32]) -> Vec<BlockId> {
+        cache.acquire(tokens).table.blocks().to_vec()
+    }
+
     #[test]
     fn a_cached_prefix_is_found_in_whole_blocks_and_outlives_its_sequence() {
         let pool = BlockPool::with_blocks(4, 16).unwrap();
@@ -281,20 +484,21 @@ mod tests {
         assert_eq!(pool.used_blocks(), 2, "the cache keeps the full blocks");
         let mut longer = prompt.clone();
         longer.extend([7, 7, 7, 7, 7]);
-        let found = cache.match_prefix(&longer);
-        assert_eq!(found.blocks, blocks);
-        assert_eq!(found.tokens, 8);
+        assert_eq!(cache.prefix_len(&longer), 8);
+        assert_eq!(reused(&mut cache, &longer), blocks);
         // A different second block shares only the first.
         let mut other = prompt[..4].to_vec();
         other.extend([9, 9, 9, 9]);
-        assert_eq!(cache.match_prefix(&other).tokens, 4);
+        assert_eq!(cache.acquire(&other).table.num_tokens(), 4);
         assert_eq!(
-            cache.match_prefix(&tokens(3, 0)).tokens,
+            cache.acquire(&tokens(3, 0)).table.num_tokens(),
             0,
             "no whole block"
         );
         // A table built on the match shares the blocks and appends its own.
-        let mut table = cache.table_for(&found);
+        let found = cache.acquire(&longer);
+        assert_eq!((found.device_tokens, found.host_tokens), (8, 0));
+        let mut table = found.table;
         assert_eq!(table.num_tokens(), 8);
         assert_eq!(pool.ref_count(blocks[0]), 2);
         table.append(3).unwrap();
@@ -322,20 +526,20 @@ mod tests {
         assert_eq!(cache.cached_blocks(), 4);
         assert_eq!(pool.used_blocks(), 4);
         // Touch branch a: b's leaf is now the oldest.
-        cache.match_prefix(&a);
+        reused(&mut cache, &a);
         assert_eq!(cache.evict(1), 1);
-        assert_eq!(cache.match_prefix(&b).tokens, 2, "b's own block went first");
+        assert_eq!(cache.prefix_len(&b), 2, "b's own block went first");
         assert_eq!(pool.ref_count(b_blocks[1]), 0);
         // A block in use is never evicted: hold a's prefix.
-        let found = cache.match_prefix(&a);
-        assert_eq!(found.blocks, a_blocks);
-        let user = cache.table_for(&found);
+        let user = cache.acquire(&a).table;
+        assert_eq!(user.blocks(), a_blocks);
         assert_eq!(cache.evict(10), 0);
         drop(user);
         // Leaves go first, then their parents: all three.
         assert_eq!(cache.evict(10), 3);
         assert_eq!(pool.used_blocks(), 0);
         assert_eq!(cache.evictions(), 4);
+        assert!(cache.take_copies().is_empty(), "no host tier, no copies");
         pool.assert_consistent();
     }
 
@@ -350,7 +554,74 @@ mod tests {
         assert_eq!(pool.used_blocks(), 2, "still the sequence's");
         drop(t);
         assert_eq!(pool.used_blocks(), 0);
-        assert_eq!(cache.match_prefix(&[1, 2, 3, 4]).tokens, 0);
+        assert_eq!(cache.prefix_len(&[1, 2, 3, 4]), 0);
         pool.assert_consistent();
+    }
+
+    #[test]
+    fn evicted_blocks_move_to_the_host_tier_and_come_back_on_a_match() {
+        let pool = BlockPool::with_blocks(2, 4).unwrap();
+        let host = BlockPool::with_blocks(2, 2).unwrap();
+        let mut cache = RadixCache::with_host_tier(pool.clone(), host.clone());
+        let a = [1, 1, 2, 2];
+        let t = pool.allocate(4).unwrap();
+        let a_blocks = t.blocks().to_vec();
+        cache.insert(&a, t.blocks());
+        drop(t);
+        // Both demoted, the leaf first: the device blocks are free, the host tier full.
+        assert_eq!(cache.evict(2), 2);
+        assert_eq!(pool.used_blocks(), 0);
+        assert_eq!(host.used_blocks(), 2);
+        let copies = cache.take_copies();
+        assert_eq!(copies.len(), 2);
+        assert!(matches!(copies[0], KvCopy::ToHost { device, .. } if device == a_blocks[1]));
+        assert!(matches!(copies[1], KvCopy::ToHost { device, .. } if device == a_blocks[0]));
+        let stats = cache.stats();
+        assert_eq!(
+            (stats.device_blocks, stats.host_blocks, stats.demoted),
+            (0, 2, 2)
+        );
+        // Still found (by either tier), then promoted in path order into fresh blocks.
+        assert_eq!(cache.prefix_len(&a), 4);
+        let found = cache.acquire(&[1, 1, 2, 2, 9]);
+        assert_eq!((found.device_tokens, found.host_tokens), (0, 4));
+        let hosts: Vec<BlockId> = copies
+            .iter()
+            .map(|c| match c {
+                KvCopy::ToHost { host, .. } => *host,
+                KvCopy::ToDevice { .. } => unreachable!(),
+            })
+            .collect();
+        let back = cache.take_copies();
+        assert_eq!(
+            back,
+            [
+                KvCopy::ToDevice {
+                    host: hosts[1],
+                    device: found.table.blocks()[0]
+                },
+                KvCopy::ToDevice {
+                    host: hosts[0],
+                    device: found.table.blocks()[1]
+                }
+            ]
+        );
+        assert_eq!(host.used_blocks(), 0);
+        assert_eq!(cache.stats().promoted, 2);
+        drop(found);
+        // A host tier that is full drops its oldest leaf for a new demotion.
+        let b = [7, 7];
+        let t = pool.allocate(2).unwrap();
+        cache.insert(&b, t.blocks());
+        drop(t);
+        reused(&mut cache, &b);
+        assert_eq!(cache.evict(3), 3); // a's two (host now full), then b's: a's leaf dropped
+        assert_eq!(cache.prefix_len(&a), 2);
+        assert_eq!(cache.prefix_len(&b), 2);
+        assert_eq!(cache.evictions(), 1);
+        cache.clear();
+        assert_eq!((pool.used_blocks(), host.used_blocks()), (0, 0));
+        pool.assert_consistent();
+        host.assert_consistent();
     }
 }

@@ -50,22 +50,12 @@ impl BlockTable {
         }
     }
 
-    /// A table over existing full blocks holding `num_tokens` tokens (a cached prefix), taking
-    /// one more reference to each; nothing is allocated, so it cannot fail.
-    pub(crate) fn sharing(pool: BlockPool, blocks: &[BlockId], num_tokens: usize) -> Self {
-        assert!(
-            num_tokens <= blocks.len() * pool.block_size(),
-            "more tokens than the blocks hold"
-        );
-        {
-            let mut inner = pool.inner().borrow_mut();
-            for &id in blocks {
-                inner.retain(id);
-            }
-        }
+    /// A table over blocks whose references the caller already took for it.
+    pub(crate) fn adopt(pool: BlockPool, blocks: Vec<BlockId>, num_tokens: usize) -> Self {
+        assert!(num_tokens <= blocks.len() * pool.block_size());
         Self {
             pool,
-            blocks: blocks.to_vec(),
+            blocks,
             num_tokens,
         }
     }

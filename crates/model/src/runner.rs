@@ -150,6 +150,49 @@ impl Runner {
         (self.keys.len() + self.values.len()) * std::mem::size_of::<f32>()
     }
 
+    /// Floats of one block's keys and values over all layers (what [`Runner::save_block`]
+    /// writes).
+    pub fn block_floats(&self) -> usize {
+        2 * (self.keys.len() / (self.n_blocks * self.shape.block_stride()))
+            * self.shape.block_stride()
+    }
+
+    /// Copies block `block`'s keys and values, every layer, into `out` ([`Runner::block_floats`]
+    /// long): the prefix cache's demotion to its host tier.
+    pub fn save_block(&self, block: u32, out: &mut [f32]) -> Result<(), ModelError> {
+        let (stride, layer) = self.block_layout(block, out.len())?;
+        for (l, chunk) in out.chunks_exact_mut(2 * stride).enumerate() {
+            let at = l * layer + block as usize * stride;
+            chunk[..stride].copy_from_slice(&self.keys[at..at + stride]);
+            chunk[stride..].copy_from_slice(&self.values[at..at + stride]);
+        }
+        Ok(())
+    }
+
+    /// Writes a block saved by [`Runner::save_block`] back into block `block`: a promotion.
+    pub fn load_block(&mut self, block: u32, data: &[f32]) -> Result<(), ModelError> {
+        let (stride, layer) = self.block_layout(block, data.len())?;
+        for (l, chunk) in data.chunks_exact(2 * stride).enumerate() {
+            let at = l * layer + block as usize * stride;
+            self.keys[at..at + stride].copy_from_slice(&chunk[..stride]);
+            self.values[at..at + stride].copy_from_slice(&chunk[stride..]);
+        }
+        Ok(())
+    }
+
+    /// A block's stride and a layer's, after checking the block and the buffer's length.
+    fn block_layout(&self, block: u32, len: usize) -> Result<(usize, usize), ModelError> {
+        if block as usize >= self.n_blocks || len != self.block_floats() {
+            return Err(ModelError::BadBatch(format!(
+                "block {block} of {} with a buffer of {len} floats (needs {})",
+                self.n_blocks,
+                self.block_floats()
+            )));
+        }
+        let stride = self.shape.block_stride();
+        Ok((stride, self.n_blocks * stride))
+    }
+
     /// Copies the keys and values in slot `from` to slot `to` of the same block table, in every
     /// layer: the accepted path of a draft tree is moved into consecutive positions this way.
     pub fn move_kv(&mut self, blocks: &[u32], from: usize, to: usize) -> Result<(), ModelError> {

@@ -28,7 +28,7 @@ mod sequence;
 
 pub use sequence::{SeqId, Sequence};
 
-use kvcache::{BlockPool, OutOfBlocks, RadixCache};
+use kvcache::{BlockPool, KvCopy, OutOfBlocks, RadixCache};
 use std::collections::VecDeque;
 
 /// The order waiting sequences are admitted in (SGLang's `--schedule-policy`).
@@ -50,6 +50,8 @@ pub struct SchedulerConfig {
     pub prefill_budget: usize,
     /// Reuse the KV of cached prefixes (off: `--disable-radix-cache`).
     pub prefix_cache: bool,
+    /// Slots of the prefix cache's host tier (`--enable-hierarchical-cache`); 0 for none.
+    pub host_blocks: u32,
     pub policy: SchedulePolicy,
 }
 
@@ -59,6 +61,7 @@ impl Default for SchedulerConfig {
             max_running: 256,
             prefill_budget: 8192,
             prefix_cache: false,
+            host_blocks: 0,
             policy: SchedulePolicy::Fcfs,
         }
     }
@@ -84,11 +87,17 @@ pub struct CacheStats {
     pub cached_blocks: usize,
     /// Of those, blocks no sequence uses (evictable).
     pub idle_blocks: usize,
-    /// Blocks evicted so far.
+    /// Blocks dropped from the cache so far, moved to the host tier, and brought back.
     pub evicted_blocks: u64,
-    /// Prompt tokens of admitted sequences, and those found in the cache (first admissions).
+    pub demoted_blocks: u64,
+    pub promoted_blocks: u64,
+    /// Blocks in the host tier.
+    pub host_blocks: usize,
+    /// Prompt tokens of admitted sequences, those found in the cache (first admissions), and of
+    /// those, the ones promoted from the host tier.
     pub prompt_tokens: u64,
     pub cached_prompt_tokens: u64,
+    pub host_prompt_tokens: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +160,7 @@ pub struct Scheduler {
     preemptions: u64,
     prompt_tokens: u64,
     cached_prompt_tokens: u64,
+    host_prompt_tokens: u64,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -168,13 +178,21 @@ impl Scheduler {
         config.validate()?;
         Ok(Self {
             config,
-            cache: config.prefix_cache.then(|| RadixCache::new(pool.clone())),
+            cache: config.prefix_cache.then(|| match config.host_blocks {
+                0 => RadixCache::new(pool.clone()),
+                n => {
+                    let host = BlockPool::with_blocks(pool.block_size(), n)
+                        .expect("a host tier of at least one block");
+                    RadixCache::with_host_tier(pool.clone(), host)
+                }
+            }),
             pool,
             waiting: VecDeque::new(),
             running: Vec::new(),
             preemptions: 0,
             prompt_tokens: 0,
             cached_prompt_tokens: 0,
+            host_prompt_tokens: 0,
         })
     }
 
@@ -211,12 +229,26 @@ impl Scheduler {
             cached_prompt_tokens: self.cached_prompt_tokens,
             ..CacheStats::default()
         };
+        stats.host_prompt_tokens = self.host_prompt_tokens;
         if let Some(c) = &self.cache {
-            stats.cached_blocks = c.cached_blocks();
-            stats.idle_blocks = c.idle_blocks();
-            stats.evicted_blocks = c.evictions();
+            let r = c.stats();
+            stats.cached_blocks = r.device_blocks;
+            stats.idle_blocks = r.idle_blocks;
+            stats.host_blocks = r.host_blocks;
+            stats.evicted_blocks = r.evicted;
+            stats.demoted_blocks = r.demoted;
+            stats.promoted_blocks = r.promoted;
         }
         stats
+    }
+
+    /// The KV copies between the prefix cache's tiers that planning (and draft reservations)
+    /// queued, in the order the runner must make them, before the step's forward pass.
+    pub fn take_copies(&mut self) -> Vec<KvCopy> {
+        self.cache
+            .as_mut()
+            .map(RadixCache::take_copies)
+            .unwrap_or_default()
     }
 
     /// Empties the prefix cache (SGLang's `/flush_cache`): only while nothing runs or waits, so
@@ -290,9 +322,9 @@ impl Scheduler {
             let seq = &mut self.waiting[i];
             if let Some(cache) = self.cache.as_mut().filter(|_| !seq.has_blocks()) {
                 let tokens = seq.tokens();
-                let found = cache.match_prefix(&tokens[..tokens.len() - 1]);
+                let known = &tokens[..tokens.len() - 1];
                 // Its next block is being computed by a running sequence: wait for it.
-                let next = found.blocks.len() + 1;
+                let next = cache.prefix_len(known) / bs + 1;
                 if next * bs < tokens.len() {
                     let shared = &tokens[..next * bs];
                     if self
@@ -304,7 +336,8 @@ impl Scheduler {
                         continue;
                     }
                 }
-                seq.start_from(cache, &found);
+                let reuse = cache.acquire(known);
+                seq.start_from(reuse);
             }
             let len = seq.pending().min(budget);
             if reserve(seq, &self.pool, self.cache.as_mut(), len).is_err() {
@@ -313,9 +346,10 @@ impl Scheduler {
                 break;
             }
             let mut seq = self.waiting.remove(i).expect("index in range");
-            if let Some((prompt, cached)) = seq.admitted() {
+            if let Some((prompt, cached, from_host)) = seq.admitted() {
                 self.prompt_tokens += prompt as u64;
                 self.cached_prompt_tokens += cached as u64;
+                self.host_prompt_tokens += from_host as u64;
             }
             plan.batch.push(Scheduled {
                 id: seq.id,

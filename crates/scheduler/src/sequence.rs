@@ -1,6 +1,6 @@
 //! One sequence's tokens, how many of them have their KV computed, and its KV block table.
 
-use kvcache::{BlockPool, BlockTable, OutOfBlocks, PrefixMatch, RadixCache};
+use kvcache::{BlockPool, BlockTable, OutOfBlocks, RadixCache, Reuse};
 
 /// The engine's id for a sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,6 +20,8 @@ pub struct Sequence {
     inserted: usize,
     /// Prompt tokens the first admission found in the prefix cache.
     cached_prompt: Option<usize>,
+    /// Of the tokens the latest admission reused, those promoted from the host tier.
+    from_host: usize,
 }
 
 impl Sequence {
@@ -33,6 +35,7 @@ impl Sequence {
             drafts: 0,
             inserted: 0,
             cached_prompt: None,
+            from_host: 0,
         }
     }
 
@@ -58,24 +61,24 @@ impl Sequence {
     }
 
     /// Starts a sequence without blocks from a cached prefix of its tokens.
-    pub(crate) fn start_from(&mut self, cache: &RadixCache, found: &PrefixMatch) {
-        debug_assert!(self.table.is_none() && found.tokens < self.tokens.len());
-        if found.tokens > 0 {
-            self.table = Some(cache.table_for(found));
-            self.computed = found.tokens;
-            self.inserted = found.blocks.len();
-        }
+    pub(crate) fn start_from(&mut self, reuse: Reuse) {
+        debug_assert!(self.table.is_none() && reuse.table.num_tokens() < self.tokens.len());
+        let bs = reuse.table.pool().block_size();
+        self.computed = reuse.table.num_tokens();
+        self.inserted = self.computed / bs;
+        self.from_host = reuse.host_tokens;
+        self.table = Some(reuse.table);
     }
 
     /// Records an admission; on the first, returns the prompt's length and the tokens of it the
-    /// cache supplied.
-    pub(crate) fn admitted(&mut self) -> Option<(usize, usize)> {
+    /// cache supplied, in all and from the host tier.
+    pub(crate) fn admitted(&mut self) -> Option<(usize, usize, usize)> {
         if self.cached_prompt.is_some() {
             return None;
         }
         let cached = self.computed.min(self.prompt_len);
         self.cached_prompt = Some(cached);
-        Some((self.prompt_len, cached))
+        Some((self.prompt_len, cached, self.from_host.min(cached)))
     }
 
     /// Full blocks of this sequence's prefix (its first `blocks` blocks) the prefix cache may
@@ -179,5 +182,6 @@ impl Sequence {
         self.table = None;
         self.computed = 0;
         self.inserted = 0;
+        self.from_host = 0;
     }
 }

@@ -41,6 +41,7 @@ fn simulate_counting(
     let pool = BlockPool::with_blocks(BS, blocks).unwrap();
     let mut s = Scheduler::new(config, pool.clone()).unwrap();
     let mut store: Vec<[Option<u32>; BS]> = vec![[None; BS]; blocks as usize];
+    let mut host_store: Vec<[Option<u32>; BS]> = vec![[None; BS]; config.host_blocks as usize];
     let mut max_new: HashMap<u64, usize> = HashMap::new();
     let mut done = HashMap::new();
     let (mut step, mut next, mut prompt_computed) = (0, 0, 0);
@@ -52,6 +53,16 @@ fn simulate_counting(
             next += 1;
         }
         let plan = s.schedule();
+        for copy in s.take_copies() {
+            match copy {
+                kvcache::KvCopy::ToHost { device, host } => {
+                    host_store[host.index()] = store[device.index()];
+                }
+                kvcache::KvCopy::ToDevice { host, device } => {
+                    store[device.index()] = host_store[host.index()];
+                }
+            }
+        }
         let prefill: usize = plan.batch.iter().filter(|b| b.len > 1).map(|b| b.len).sum();
         assert!(prefill <= config.prefill_budget, "budget exceeded");
         assert!(s.running_len() <= config.max_running);
@@ -247,7 +258,7 @@ proptest! {
         lpm in any::<bool>(),
     ) {
         let policy = if lpm { SchedulePolicy::Lpm } else { SchedulePolicy::Fcfs };
-        let config = SchedulerConfig { max_running, prefill_budget: budget, prefix_cache, policy };
+        let config = SchedulerConfig { max_running, prefill_budget: budget, prefix_cache, policy, host_blocks: 0 };
         let (got, _) = simulate(config, blocks, &requests(&spec));
         let roomy = SchedulerConfig { max_running: 64, prefill_budget: 1000, ..SchedulerConfig::default() };
         let (want, _) = simulate(roomy, 10_000, &requests(&spec));
@@ -341,6 +352,7 @@ fn cached(max_running: usize, prefill_budget: usize) -> SchedulerConfig {
         max_running,
         prefill_budget,
         prefix_cache: true,
+        host_blocks: 0,
         policy: SchedulePolicy::Fcfs,
     }
 }
@@ -430,6 +442,7 @@ proptest! {
         budget in 1usize..40,
         blocks in 14u32..60,
         lpm in any::<bool>(),
+        host_blocks in prop_oneof![Just(0u32), 1u32..40],
     ) {
         let heads: [Vec<u32>; 3] = [
             (0..17).map(|t| t * 5 + 2).collect(),
@@ -446,13 +459,14 @@ proptest! {
             })
             .collect();
         let policy = if lpm { SchedulePolicy::Lpm } else { SchedulePolicy::Fcfs };
-        let on = SchedulerConfig { policy, ..cached(max_running, budget) };
-        let off = SchedulerConfig { prefix_cache: false, ..on };
+        let on = SchedulerConfig { policy, host_blocks, ..cached(max_running, budget) };
+        let off = SchedulerConfig { prefix_cache: false, host_blocks: 0, ..on };
         let ((got, _), _) = simulate_counting(on, blocks, &reqs);
         let ((want, _), uncached) = simulate_counting(off, 10_000, &reqs);
         prop_assert_eq!(&got, &want);
         // With room for everything (no preemption), the cache only ever saves work.
-        let ((roomy, _), computed) = simulate_counting(on, 10_000, &reqs);
+        let ((roomy, _), computed) =
+            simulate_counting(SchedulerConfig { host_blocks: 0, ..on }, 10_000, &reqs);
         prop_assert_eq!(roomy, want);
         prop_assert!(computed <= uncached, "{} > {}", computed, uncached);
     }

@@ -237,8 +237,26 @@ impl ServerMetrics {
             engine.cache_blocks as f64,
         );
         gauge(
+            "cache_host_blocks",
+            "KV blocks in the prefix cache's host tier.",
+            "gauge",
+            engine.cache_host_blocks as f64,
+        );
+        gauge(
+            "cache_demoted_blocks_total",
+            "Prefix-cache blocks moved from the device pool to the host tier.",
+            "counter",
+            engine.cache_demoted_blocks as f64,
+        );
+        gauge(
+            "cache_promoted_blocks_total",
+            "Prefix-cache blocks brought back from the host tier instead of recomputed.",
+            "counter",
+            engine.cache_promoted_blocks as f64,
+        );
+        gauge(
             "cache_evicted_blocks_total",
-            "Idle prefix-cache blocks evicted to make room.",
+            "Prefix-cache blocks dropped (from the host tier when there is one).",
             "counter",
             engine.cache_evicted_blocks as f64,
         );
@@ -263,8 +281,9 @@ impl ServerMetrics {
         );
         let _ = writeln!(
             out,
-            "# HELP specula:cached_tokens_total Prompt tokens served from the prefix cache, by tier.\n# TYPE specula:cached_tokens_total counter\nspecula:cached_tokens_total{{tier=\"device\"}} {}",
-            engine.cache_hit_tokens
+            "# HELP specula:cached_tokens_total Prompt tokens served from the prefix cache, by the tier they were in.\n# TYPE specula:cached_tokens_total counter\nspecula:cached_tokens_total{{tier=\"device\"}} {}\nspecula:cached_tokens_total{{tier=\"host\"}} {}",
+            engine.cache_hit_tokens - engine.cache_host_hit_tokens,
+            engine.cache_host_hit_tokens
         );
         let _ = writeln!(
             out,

@@ -647,6 +647,11 @@ async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
             "cached_tokens": s.cache_hit_tokens,
             "device_blocks": s.cache_blocks,
             "device_idle_blocks": s.cache_idle_blocks,
+            "host_blocks": s.cache_host_blocks,
+            "host_blocks_total": state.loaded().map_or(0, |l| l.engine.config().host_cache_blocks),
+            "host_cached_tokens": s.cache_host_hit_tokens,
+            "demoted_blocks": s.cache_demoted_blocks,
+            "promoted_blocks": s.cache_promoted_blocks,
             "evicted_blocks": s.cache_evicted_blocks,
         },
         "speculative": {

@@ -97,10 +97,27 @@ pub struct ServeArgs {
     /// first) [default: fcfs].
     #[arg(long)]
     pub schedule_policy: Option<String>,
+    /// Keep blocks evicted from the KV pool in a larger host tier instead of dropping them; a
+    /// prefix hit brings them back instead of recomputing them.
+    #[arg(long)]
+    pub enable_hierarchical_cache: bool,
+    /// Host tier size relative to the KV pool (--max-total-tokens) [default: 2.0].
+    #[arg(long)]
+    pub hicache_ratio: Option<f64>,
+    /// Host tier size in GB; over --hicache-ratio when given.
+    #[arg(long)]
+    pub hicache_size: Option<f64>,
     /// A TOML file with any of these settings.
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+}
+
+/// How big the prefix cache's host tier is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HostTier {
+    Ratio(f64),
+    Gb(f64),
 }
 
 /// The effective settings: flags over the config file over the defaults.
@@ -122,6 +139,9 @@ pub struct ServeConfig {
     pub shutdown_timeout: u64,
     pub disable_radix_cache: bool,
     pub schedule_policy: String,
+    /// The host tier's size: `Ratio(r)` of the KV pool or `Gb(size)`; `None` without one.
+    #[serde(skip)]
+    pub hicache: Option<HostTier>,
     #[serde(skip)]
     pub policy: engine::SchedulePolicy,
     /// Speculation, when on.
@@ -186,10 +206,30 @@ impl ServeArgs {
                 .unwrap_or_else(|| "fcfs".into())
                 .to_ascii_lowercase(),
             policy: engine::SchedulePolicy::Fcfs,
+            hicache: None,
             speculative: None,
             speculative_draft_model_path: None,
         };
         let mut cfg = cfg;
+        if self.enable_hierarchical_cache || file.enable_hierarchical_cache {
+            if cfg.disable_radix_cache {
+                anyhow::bail!(
+                    "--enable-hierarchical-cache needs the radix cache (drop --disable-radix-cache)"
+                );
+            }
+            let tier = match (
+                self.hicache_size.or(file.hicache_size),
+                self.hicache_ratio.or(file.hicache_ratio),
+            ) {
+                (Some(gb), _) => HostTier::Gb(gb),
+                (None, r) => HostTier::Ratio(r.unwrap_or(2.0)),
+            };
+            let (HostTier::Gb(v) | HostTier::Ratio(v)) = tier;
+            if !(v.is_finite() && v > 0.0) {
+                anyhow::bail!("--hicache-size and --hicache-ratio must be positive");
+            }
+            cfg.hicache = Some(tier);
+        }
         cfg.policy = match cfg.schedule_policy.as_str() {
             "fcfs" => engine::SchedulePolicy::Fcfs,
             "lpm" => engine::SchedulePolicy::Lpm,
@@ -443,7 +483,26 @@ fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
         speculative: s.speculative,
         prefix_cache: !s.disable_radix_cache,
         schedule_policy: s.policy,
+        host_cache_blocks: 0,
     };
+    let mut config = config;
+    if let Some(tier) = s.hicache {
+        let c = &model.config;
+        let block_bytes = 2 * c.n_layers * BLOCK_SIZE * c.n_kv_heads * c.head_dim * 4;
+        let blocks = match tier {
+            HostTier::Ratio(r) => (config.kv_blocks() as f64 * r) as usize,
+            HostTier::Gb(gb) => (gb * 1e9 / block_bytes as f64) as usize,
+        };
+        if blocks == 0 {
+            anyhow::bail!("the host cache tier holds no block ({block_bytes} bytes each)");
+        }
+        tracing::info!(
+            blocks,
+            gb = blocks as f64 * block_bytes as f64 / 1e9,
+            "prefix cache host tier"
+        );
+        config.host_cache_blocks = blocks;
+    }
     let draft = s
         .speculative_draft_model_path
         .as_deref()

@@ -1186,3 +1186,40 @@ async fn flush_cache_empties_the_cache_and_is_refused_while_requests_run() {
         first["choices"][0]["message"]["content"]
     );
 }
+
+#[tokio::test]
+async fn prefixes_evicted_to_the_host_tier_come_back_with_the_same_output() {
+    // 32 device blocks: three ~340-token prompts do not fit at once, so the first one's blocks
+    // are demoted to the host tier (64 blocks) and promoted when it comes back.
+    let s = Server::start(&["--max-total-tokens", "512", "--enable-hierarchical-cache"]);
+    let url = s.url("/v1/chat/completions");
+    let prompt = |name: &str| format!("Text {name}. {}", long_system_prompt(300));
+    let (status, first) = post(&url, with_system(&prompt("A"), "Go on.", 8)).await;
+    assert_eq!(status, 200, "{first}");
+    for other in ["B", "C"] {
+        let (status, r) = post(&url, with_system(&prompt(other), "Go on.", 8)).await;
+        assert_eq!(status, 200, "{r}");
+    }
+    assert!(metric(&s, "cache_demoted_blocks_total").await > 0.0);
+    let (_, again) = post(&url, with_system(&prompt("A"), "Go on.", 8)).await;
+    let prompt_tokens = again["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached_tokens(&again) >= prompt_tokens - 32,
+        "{again} reused too little"
+    );
+    assert!(metric(&s, "cache_promoted_blocks_total").await > 0.0);
+    assert!(metric(&s, "cached_tokens_total{tier=\"host\"}").await > 0.0);
+    assert_eq!(
+        again["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"],
+        "demotion and promotion must not change the output"
+    );
+    let info: Value = client()
+        .get(s.url("/server_info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["prefix_cache"]["host_blocks_total"], 64);
+}
