@@ -84,6 +84,12 @@ for level in "${levels[@]}"; do
 done
 if [ "$SERVER" = specula ]; then
     curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | grep -E '^specula:spec_(draft|accepted|acceptance|steps)' || true
+    for side in baseline "$NAME"; do
+        port=$PORT
+        [ "$side" = baseline ] || port=$((PORT + 1))
+        curl -s "http://127.0.0.1:$port/metrics" |
+            grep -E '^specula:(cache_hit_rate|cached_tokens_total)' | sed "s/^/$side: /" || true
+    done
 else
     grep -E "draft acceptance|accepted" "$OUT_DIR/$NAME.server.log" | tail -n 3 || true
 fi

@@ -3,6 +3,7 @@
 //! only through an [`EngineHandle`]: `submit` applies admission and returns a stream of
 //! [`TokenEvent`]s; dropping that stream aborts the request within one step and frees its blocks.
 
+mod kv_files;
 mod stats;
 mod step_loop;
 
@@ -40,6 +41,10 @@ pub struct EngineConfig {
     pub schedule_policy: scheduler::SchedulePolicy,
     /// `--enable-hierarchical-cache`: blocks of the prefix cache's host tier (0: none).
     pub host_cache_blocks: usize,
+    /// `--hicache-storage-dir`: the storage tier's directory (needs the host tier).
+    pub hicache_storage_dir: Option<std::path::PathBuf>,
+    /// Names the model's weights (stored KV blocks of another model are never loaded).
+    pub model_fingerprint: String,
 }
 
 /// Speculative decoding settings (SGLang's flag names in the comments).
@@ -192,6 +197,8 @@ enum Command {
     Stop(SeqId),
     /// Empty the prefix cache; the reply says how many blocks went, or why not.
     FlushCache(tokio::sync::oneshot::Sender<Result<usize, scheduler::FlushError>>),
+    /// Write every cached block the storage tier lacks; the reply counts the blocks written.
+    PersistCache(tokio::sync::oneshot::Sender<usize>),
 }
 
 /// The rest of the process's way to the engine. Cheap to clone.
@@ -292,6 +299,26 @@ pub fn start(
             (spec::Algorithm::Ngram, _) => {}
         }
     }
+    let files = match &config.hicache_storage_dir {
+        None => None,
+        Some(_) if config.host_cache_blocks == 0 || !config.prefix_cache => {
+            return Err(StartError::Config(
+                "--hicache-storage-dir needs --enable-hierarchical-cache".into(),
+            ));
+        }
+        Some(dir) => {
+            let c = &model.config;
+            let floats = 2 * c.n_layers * config.block_size * c.n_kv_heads * c.head_dim;
+            Some(
+                kv_files::KvFiles::open(dir, &config.model_fingerprint, floats).map_err(|e| {
+                    StartError::Config(format!(
+                        "cannot use the storage directory {}: {e}",
+                        dir.display()
+                    ))
+                })?,
+            )
+        }
+    };
     let stats = Arc::new(EngineStats::default());
     stats.set_kv_total(config.kv_blocks());
     let (commands, inbox) = mpsc::channel();
@@ -311,6 +338,7 @@ pub fn start(
                 sched,
                 end_of_generation,
                 loop_stats,
+                files,
             );
             engine.run(inbox);
         })?;
@@ -343,6 +371,16 @@ impl EngineHandle {
 
     pub fn stats(&self) -> &EngineStats {
         &self.stats
+    }
+
+    /// Writes the prefix cache's blocks to the storage tier (a shutdown); the blocks written (0
+    /// without a storage tier).
+    pub async fn persist_cache(&self) -> usize {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if self.commands.send(Command::PersistCache(reply)).is_err() {
+            return 0;
+        }
+        answer.await.unwrap_or(0)
     }
 
     /// Empties the prefix cache (refused while requests run or wait, or with the cache off).

@@ -36,6 +36,8 @@ pub struct EngineStats {
     cache_host_blocks: AtomicUsize,
     cache_demoted_blocks: AtomicU64,
     cache_promoted_blocks: AtomicU64,
+    cache_storage_hit_tokens: AtomicU64,
+    cache_stored_blocks: AtomicU64,
 }
 
 /// Buckets of the accepted-drafts histogram: 0, 1, …, 15, and 16 or more.
@@ -84,6 +86,9 @@ pub struct StatsSnapshot {
     pub cache_host_blocks: usize,
     pub cache_demoted_blocks: u64,
     pub cache_promoted_blocks: u64,
+    /// Storage tier: cached tokens read from it, blocks written to it.
+    pub cache_storage_hit_tokens: u64,
+    pub cache_stored_blocks: u64,
 }
 
 impl StatsSnapshot {
@@ -129,6 +134,8 @@ impl EngineStats {
             cache_host_blocks: self.cache_host_blocks.load(Relaxed),
             cache_demoted_blocks: self.cache_demoted_blocks.load(Relaxed),
             cache_promoted_blocks: self.cache_promoted_blocks.load(Relaxed),
+            cache_storage_hit_tokens: self.cache_storage_hit_tokens.load(Relaxed),
+            cache_stored_blocks: self.cache_stored_blocks.load(Relaxed),
         }
     }
 
@@ -164,6 +171,9 @@ impl EngineStats {
         self.cache_host_blocks.store(c.host_blocks, Relaxed);
         self.cache_demoted_blocks.store(c.demoted_blocks, Relaxed);
         self.cache_promoted_blocks.store(c.promoted_blocks, Relaxed);
+        self.cache_storage_hit_tokens
+            .store(c.storage_prompt_tokens, Relaxed);
+        self.cache_stored_blocks.store(c.stored_blocks, Relaxed);
     }
 
     pub(crate) fn add_preemptions(&self, n: u64) {

@@ -1,8 +1,9 @@
 //! The engine thread: take commands, drop requests whose client went away, plan a step, run one
 //! batched forward pass, sample, send tokens, finish what is done. Blocks on its inbox when idle.
 
+use crate::kv_files::KvFiles;
 use crate::{Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, TokenEvent};
-use kvcache::BlockPool;
+use kvcache::{BlockPool, KvCopy};
 use model::sampler::Sampled;
 use model::sampler::Sampler;
 use model::{LogitsFor, Model, Runner, SeqInput, Tree};
@@ -101,6 +102,8 @@ pub(crate) struct Engine {
     /// The prefix cache's host tier: `Runner::block_floats` floats per slot (pages are touched
     /// only as blocks are demoted into them).
     host_kv: Vec<f32>,
+    /// The storage tier's files.
+    files: Option<KvFiles>,
 }
 
 impl Engine {
@@ -111,11 +114,18 @@ impl Engine {
         sched: SchedulerConfig,
         end_of_generation: Vec<u32>,
         stats: Arc<EngineStats>,
+        files: Option<KvFiles>,
     ) -> Self {
         let blocks = config.kv_blocks();
         let pool = BlockPool::with_blocks(config.block_size, blocks as u32)
             .expect("start() checked the block size and count");
-        let scheduler = Scheduler::new(sched, pool).expect("start() validated the config");
+        let mut scheduler = Scheduler::new(sched, pool).expect("start() validated the config");
+        if let Some(f) = &files {
+            scheduler.enable_storage();
+            let paths = f.list();
+            let restored = paths.iter().filter(|p| scheduler.restore_stored(p)).count();
+            tracing::info!(restored, "prefix cache: stored blocks found");
+        }
         let runner = Runner::new(&model.config, config.block_size, blocks);
         let host_kv = vec![0.0; sched.host_blocks as usize * runner.block_floats()];
         let speculation = config.speculative.map(|c| Speculation {
@@ -150,6 +160,7 @@ impl Engine {
             stats,
             speculation,
             host_kv,
+            files,
         };
         engine.calibrate();
         engine
@@ -293,6 +304,9 @@ impl Engine {
                     self.stats.add_finished();
                 }
             }
+            Command::PersistCache(reply) => {
+                let _ = reply.send(self.persist_cache());
+            }
             Command::FlushCache(reply) => {
                 let flushed = self.scheduler.flush_cache();
                 if let Ok(blocks) = flushed {
@@ -352,21 +366,94 @@ impl Engine {
     /// the forward pass can overwrite a demoted block.
     fn copy_between_tiers(&mut self) {
         let floats = self.runner.block_floats();
+        let slot = |h: kvcache::BlockId| h.index() * floats..(h.index() + 1) * floats;
+        let mut unreadable = Vec::new();
         for copy in self.scheduler.take_copies() {
-            let slot = |h: kvcache::BlockId| h.index() * floats..(h.index() + 1) * floats;
             let done = match copy {
-                kvcache::KvCopy::ToHost { device, host } => self
+                KvCopy::ToHost { device, host } => self
                     .runner
-                    .save_block(device.0, &mut self.host_kv[slot(host)]),
-                kvcache::KvCopy::ToDevice { host, device } => {
-                    self.runner.load_block(device.0, &self.host_kv[slot(host)])
+                    .save_block(device.0, &mut self.host_kv[slot(host)])
+                    .map_err(|e| e.to_string()),
+                KvCopy::ToDevice { host, device } => self
+                    .runner
+                    .load_block(device.0, &self.host_kv[slot(host)])
+                    .map_err(|e| e.to_string()),
+                KvCopy::HostToStorage { host, key, tokens } => match &self.files {
+                    Some(f) => f
+                        .write(key, &tokens, &self.host_kv[slot(host)])
+                        .map_err(|e| format!("cannot write a stored block: {e}")),
+                    None => Ok(()),
+                },
+                KvCopy::StorageToDevice { key, device } => {
+                    let mut data = vec![0.0; floats];
+                    let read = match &self.files {
+                        Some(f) => f.read(key, None, &mut data).map_err(|e| e.to_string()),
+                        None => Err("no storage tier".into()),
+                    };
+                    let done = read.and_then(|()| {
+                        self.runner
+                            .load_block(device.0, &data)
+                            .map_err(|e| e.to_string())
+                    });
+                    if done.is_err() {
+                        unreadable.push(device.0);
+                    }
+                    done
                 }
             };
-            // Unreachable: the tiers were sized from the same layout.
             if let Err(e) = done {
                 tracing::error!("KV copy between cache tiers failed: {e}");
             }
         }
+        // A block that could not be read back holds nothing valid: its users fail.
+        if !unreadable.is_empty() {
+            let hit: Vec<SeqId> = self
+                .active
+                .keys()
+                .copied()
+                .filter(|&id| {
+                    self.scheduler
+                        .get(id)
+                        .is_some_and(|s| s.block_ids().iter().any(|b| unreadable.contains(b)))
+                })
+                .collect();
+            for id in hit {
+                self.fail(id, "a cached prefix could not be read back from storage");
+            }
+        }
+    }
+
+    /// Writes every cached block the storage tier lacks (a shutdown); returns how many.
+    fn persist_cache(&mut self) -> usize {
+        let Some(files) = &self.files else {
+            return 0;
+        };
+        let floats = self.runner.block_floats();
+        let mut data = vec![0.0; floats];
+        let mut written = 0;
+        for block in self.scheduler.persist_cache() {
+            let read = match block.from {
+                Ok(device) => self
+                    .runner
+                    .save_block(device.0, &mut data)
+                    .map_err(|e| e.to_string()),
+                Err(host) => {
+                    let at = host.index() * floats;
+                    data.copy_from_slice(&self.host_kv[at..at + floats]);
+                    Ok(())
+                }
+            };
+            match read.and_then(|()| {
+                files
+                    .write(block.key, &block.tokens, &data)
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok(()) => written += 1,
+                Err(e) => tracing::error!("cannot store a cached block: {e}"),
+            }
+        }
+        tracing::info!(written, "prefix cache written to the storage tier");
+        written
     }
 
     /// Tells newly scheduled requests how much of their prompt the prefix cache supplied.

@@ -207,11 +207,13 @@ struct Live {
 /// one token per slot (on both tiers, the cache's copies made as it asks): a matched prefix must
 /// hold exactly the prompt's tokens, and nobody may write into a block someone else holds. At the
 /// end no block or host slot is leaked or freed twice.
-fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32, host_blocks: u32) {
+fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32, host_blocks: u32, files: bool) {
     use crate::radix::{KvCopy, RadixCache};
     type Store = Vec<Vec<Option<u32>>>;
+    type Files = HashMap<u64, Vec<Option<u32>>>;
     // The KV copies the cache asks for, made on the modelled stores.
-    fn apply(cache: &mut RadixCache, store: &mut Store, host_store: &mut Store) {
+    fn apply(cache: &mut RadixCache, store: &mut Store, host_store: &mut (Store, Files)) {
+        let (host_store, files) = host_store;
         for copy in cache.take_copies() {
             match copy {
                 KvCopy::ToHost { device, host } => {
@@ -219,6 +221,12 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32, host_blocks: 
                 }
                 KvCopy::ToDevice { host, device } => {
                     store[device.index()] = host_store[host.index()].clone();
+                }
+                KvCopy::HostToStorage { host, key, .. } => {
+                    files.insert(key, host_store[host.index()].clone());
+                }
+                KvCopy::StorageToDevice { key, device } => {
+                    store[device.index()] = files[&key].clone();
                 }
             }
         }
@@ -237,7 +245,13 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32, host_blocks: 
         None => RadixCache::new(pool.clone()),
     };
     let mut store: Store = vec![vec![None; block_size]; num_blocks as usize];
-    let mut host_store: Store = vec![vec![None; block_size]; host_blocks as usize];
+    let mut host_store: (Store, Files) = (
+        vec![vec![None; block_size]; host_blocks as usize],
+        HashMap::new(),
+    );
+    if files && host.is_some() {
+        cache.enable_storage();
+    }
     let heads: Vec<Vec<u32>> = (0..4u32)
         .map(|h| (0..(3 + 5 * h)).map(|t| t % 3 + 10 * h).collect())
         .collect();
@@ -333,7 +347,7 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32, host_blocks: 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4))]
+    #![proptest_config(ProptestConfig::with_cases(8))]
 
     #[test]
     fn ten_thousand_requests_through_the_prefix_cache_leak_nothing(
@@ -341,7 +355,8 @@ proptest! {
         block_size in 1..=4usize,
         num_blocks in 12..=48u32,
         host_blocks in prop_oneof![Just(0u32), 4..=64u32],
+        files in any::<bool>(),
     ) {
-        run_prefix_cache(seed, block_size, num_blocks, host_blocks);
+        run_prefix_cache(seed, block_size, num_blocks, host_blocks, files);
     }
 }

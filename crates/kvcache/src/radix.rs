@@ -21,7 +21,17 @@
 //! before the next forward pass ([`RadixCache::take_copies`]). Along every path of the tree the
 //! device blocks come first: only a device node with no device children is demoted, and a match
 //! promotes host nodes in path order. When the host tier is full, its least recently used
-//! leaves are dropped.
+//! leaves are dropped, or, with a storage tier, written to it.
+//!
+//! # Storage tier
+//!
+//! With [`RadixCache::enable_storage`], blocks can also live in files (keyed by [`path_key`], a
+//! hash of every token up to the block's end, so a key names one prefix): a host block that
+//! would be dropped is written out instead ([`KvCopy::HostToStorage`]), [`RadixCache::persist`]
+//! lists every block not yet written (for a shutdown), and [`RadixCache::restore`] puts a
+//! stored block back in the tree (at start-up). A match promotes stored blocks straight into
+//! device blocks ([`KvCopy::StorageToDevice`]). Stored blocks are not evicted: the directory is
+//! the limit.
 
 use crate::pool::{BlockId, BlockPool};
 use crate::table::BlockTable;
@@ -39,6 +49,25 @@ enum Place {
     Device(BlockId),
     /// A slot of the host tier's pool.
     Host(BlockId),
+    /// Only in the storage tier (under the node's path key).
+    Stored,
+}
+
+/// The storage key of a block: a hash (FNV-1a, 64-bit) of every token from the sequence's
+/// start to the block's end, chained block by block from `parent` (0 at the root).
+pub fn path_key(parent: u64, block: &[u32]) -> u64 {
+    let mut h = if parent == 0 {
+        0xcbf2_9ce4_8422_2325
+    } else {
+        parent
+    };
+    for &t in block {
+        for b in t.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h.max(1)
 }
 
 #[derive(Debug)]
@@ -51,15 +80,37 @@ struct Node {
     children: HashMap<Box<[u32]>, NodeId>,
     /// Logical time of the last match or insert through this node.
     last_used: u64,
+    /// [`path_key`] of the tokens up to this block's end (0 for the root).
+    key_hash: u64,
+    /// Whether the storage tier has this block.
+    stored: bool,
 }
 
 /// A copy of one block's KV the data's owner must make before the next forward pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvCopy {
     /// Demotion: device block to host slot (the device block is free afterwards).
     ToHost { device: BlockId, host: BlockId },
     /// Promotion: host slot to device block.
     ToDevice { host: BlockId, device: BlockId },
+    /// A host block leaving the host tier for the storage tier, under `key`; `tokens` is its
+    /// whole path (the file's header, to restore it later).
+    HostToStorage {
+        host: BlockId,
+        key: u64,
+        tokens: Vec<u32>,
+    },
+    /// Promotion from storage.
+    StorageToDevice { key: u64, device: BlockId },
+}
+
+/// A block [`RadixCache::persist`] wants written to storage, from where it is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToPersist {
+    /// `Ok(device block)` or `Err(host slot)`.
+    pub from: Result<BlockId, BlockId>,
+    pub key: u64,
+    pub tokens: Vec<u32>,
 }
 
 /// What a lookup reused.
@@ -67,17 +118,21 @@ pub enum KvCopy {
 pub struct Reuse {
     /// A table holding the reused blocks (one reference each), for the sequence to append to.
     pub table: BlockTable,
-    /// Of its tokens, those that were on the device and those promoted from the host tier.
+    /// Of its tokens, those that were on the device, and those promoted from the host and
+    /// storage tiers.
     pub device_tokens: usize,
     pub host_tokens: usize,
+    pub storage_tokens: usize,
 }
 
 /// Counters of the cache's life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RadixStats {
-    /// Blocks held on the device (in use by sequences or idle) and in the host tier.
+    /// Blocks held on the device (in use by sequences or idle), in the host tier, and only in
+    /// the storage tier.
     pub device_blocks: usize,
     pub host_blocks: usize,
+    pub stored_blocks: usize,
     /// Device blocks only the cache holds (free for anyone, on eviction).
     pub idle_blocks: usize,
     /// Blocks dropped from the cache (from the device without a host tier, else from the host
@@ -85,12 +140,15 @@ pub struct RadixStats {
     pub evicted: u64,
     pub demoted: u64,
     pub promoted: u64,
+    /// Blocks written to storage.
+    pub stored: u64,
 }
 
 /// A radix tree of cached KV blocks over one pool, and optionally a host tier.
 pub struct RadixCache {
     pool: BlockPool,
     host: Option<BlockPool>,
+    storage: bool,
     copies: Vec<KvCopy>,
     /// Slab of nodes; `None` marks a free slot (listed in `vacant`).
     nodes: Vec<Option<Node>>,
@@ -99,6 +157,7 @@ pub struct RadixCache {
     evicted: u64,
     demoted: u64,
     promoted: u64,
+    written: u64,
 }
 
 impl std::fmt::Debug for RadixCache {
@@ -114,6 +173,7 @@ impl RadixCache {
         Self {
             pool,
             host: None,
+            storage: false,
             copies: Vec::new(),
             nodes: vec![Some(Node {
                 parent: ROOT,
@@ -121,13 +181,111 @@ impl RadixCache {
                 place: None,
                 children: HashMap::new(),
                 last_used: 0,
+                key_hash: 0,
+                stored: false,
             })],
             vacant: Vec::new(),
             clock: 0,
             evicted: 0,
             demoted: 0,
             promoted: 0,
+            written: 0,
         }
+    }
+
+    /// Adds a storage tier under the host tier (see the module docs).
+    pub fn enable_storage(&mut self) {
+        self.storage = true;
+    }
+
+    /// Puts a stored block back in the tree: `tokens` is its whole path (a whole number of
+    /// blocks). Its ancestors must be there already (restore shorter paths first); returns
+    /// false, changing nothing, if one is missing.
+    pub fn restore(&mut self, tokens: &[u32]) -> bool {
+        let bs = self.pool.block_size();
+        if tokens.is_empty() || !tokens.len().is_multiple_of(bs) {
+            return false;
+        }
+        let mut at = ROOT;
+        let (head, last) = tokens.split_at(tokens.len() - bs);
+        for key in head.chunks_exact(bs) {
+            match self.node(at).children.get(key) {
+                Some(&c) => at = c,
+                None => return false,
+            }
+        }
+        if let Some(&c) = self.node(at).children.get(last) {
+            self.node_mut(c).stored = true;
+            return true;
+        }
+        let key_hash = path_key(self.node(at).key_hash, last);
+        let id = self.add_node(at, last, Place::Stored, key_hash);
+        self.node_mut(id).stored = true;
+        true
+    }
+
+    /// Every cached block not yet in storage, marked as stored: the owner of the data writes
+    /// them (a shutdown). Empty without a storage tier.
+    pub fn persist(&mut self) -> Vec<ToPersist> {
+        if !self.storage {
+            return Vec::new();
+        }
+        let ids: Vec<NodeId> = self
+            .live()
+            .filter(|(_, n)| !n.stored)
+            .map(|(id, _)| id)
+            .collect();
+        let mut out = Vec::new();
+        for id in ids {
+            let from = match self.node(id).place {
+                Some(Place::Device(b)) => Ok(b),
+                Some(Place::Host(h)) => Err(h),
+                _ => continue,
+            };
+            out.push(ToPersist {
+                from,
+                key: self.node(id).key_hash,
+                tokens: self.path(id),
+            });
+            self.node_mut(id).stored = true;
+            self.written += 1;
+        }
+        out
+    }
+
+    /// The tokens from the root to the end of node `id`'s block.
+    fn path(&self, mut id: NodeId) -> Vec<u32> {
+        let mut parts = Vec::new();
+        while id != ROOT {
+            let n = self.node(id);
+            parts.push(&n.key[..]);
+            id = n.parent;
+        }
+        parts.into_iter().rev().flatten().copied().collect()
+    }
+
+    fn add_node(&mut self, parent: NodeId, key: &[u32], place: Place, key_hash: u64) -> NodeId {
+        let node = Node {
+            parent,
+            key: key.into(),
+            place: Some(place),
+            children: HashMap::new(),
+            last_used: self.clock,
+            key_hash,
+            stored: false,
+        };
+        let id = match self.vacant.pop() {
+            Some(id) => {
+                self.nodes[id] = Some(node);
+                id
+            }
+            None => {
+                self.nodes.push(Some(node));
+                self.nodes.len() - 1
+            }
+        };
+        self.node_mut(parent).children.insert(key.into(), id);
+        id
     }
 
     /// A cache whose evicted blocks move to `host` (a pool of host slots of the same block
@@ -168,6 +326,7 @@ impl RadixCache {
             evicted: self.evicted,
             demoted: self.demoted,
             promoted: self.promoted,
+            stored: self.written,
             ..RadixStats::default()
         };
         for (_, n) in self.live() {
@@ -177,6 +336,7 @@ impl RadixCache {
                     s.idle_blocks += usize::from(self.pool.ref_count(b) == 1);
                 }
                 Some(Place::Host(_)) => s.host_blocks += 1,
+                Some(Place::Stored) => s.stored_blocks += 1,
                 None => {}
             }
         }
@@ -227,7 +387,7 @@ impl RadixCache {
         self.clock += 1;
         let (clock, bs) = (self.clock, self.pool.block_size());
         let mut blocks = Vec::new();
-        let mut host_blocks = 0;
+        let (mut host_blocks, mut storage_blocks) = (0, 0);
         let mut at = ROOT;
         for key in tokens.chunks_exact(bs) {
             let Some(&child) = self.node(at).children.get(key) else {
@@ -235,9 +395,12 @@ impl RadixCache {
             };
             let block = match self.node(child).place.expect("only the root has no place") {
                 Place::Device(b) => b,
-                Place::Host(h) => match self.promote(child, h) {
+                place => match self.promote(child, place) {
                     Some(b) => {
-                        host_blocks += 1;
+                        match place {
+                            Place::Host(_) => host_blocks += 1,
+                            _ => storage_blocks += 1,
+                        }
                         b
                     }
                     None => break,
@@ -253,13 +416,15 @@ impl RadixCache {
         let tokens = blocks.len() * bs;
         Reuse {
             table: BlockTable::adopt(self.pool.clone(), blocks, tokens),
-            device_tokens: tokens - host_blocks * bs,
+            device_tokens: tokens - (host_blocks + storage_blocks) * bs,
             host_tokens: host_blocks * bs,
+            storage_tokens: storage_blocks * bs,
         }
     }
 
-    /// Brings host node `id` (slot `h`) back into a device block, evicting another if need be.
-    fn promote(&mut self, id: NodeId, h: BlockId) -> Option<BlockId> {
+    /// Brings node `id` back from the host or storage tier into a device block, evicting
+    /// another if need be.
+    fn promote(&mut self, id: NodeId, from: Place) -> Option<BlockId> {
         let mut fresh = Vec::with_capacity(1);
         if self
             .pool
@@ -277,8 +442,16 @@ impl RadixCache {
                 .ok()?;
         }
         let device = fresh[0];
-        self.copies.push(KvCopy::ToDevice { host: h, device });
-        self.release_host(h);
+        match from {
+            Place::Host(h) => {
+                self.copies.push(KvCopy::ToDevice { host: h, device });
+                self.release_host(h);
+            }
+            _ => {
+                let key = self.node(id).key_hash;
+                self.copies.push(KvCopy::StorageToDevice { key, device });
+            }
+        }
         self.node_mut(id).place = Some(Place::Device(device));
         self.promoted += 1;
         Some(device)
@@ -303,34 +476,24 @@ impl RadixCache {
         for (key, &block) in tokens.chunks_exact(bs).zip(blocks) {
             at = match self.node(at).children.get(key) {
                 Some(&child) => {
-                    if let Some(Place::Host(h)) = self.node(child).place {
-                        self.pool.inner().borrow_mut().retain(block);
-                        self.release_host(h);
-                        self.node_mut(child).place = Some(Place::Device(block));
+                    match self.node(child).place {
+                        Some(Place::Host(h)) => {
+                            self.release_host(h);
+                            self.pool.inner().borrow_mut().retain(block);
+                            self.node_mut(child).place = Some(Place::Device(block));
+                        }
+                        Some(Place::Stored) => {
+                            self.pool.inner().borrow_mut().retain(block);
+                            self.node_mut(child).place = Some(Place::Device(block));
+                        }
+                        _ => {}
                     }
                     child
                 }
                 None => {
                     self.pool.inner().borrow_mut().retain(block);
-                    let node = Node {
-                        parent: at,
-                        key: key.into(),
-                        place: Some(Place::Device(block)),
-                        children: HashMap::new(),
-                        last_used: clock,
-                    };
-                    let id = match self.vacant.pop() {
-                        Some(id) => {
-                            self.nodes[id] = Some(node);
-                            id
-                        }
-                        None => {
-                            self.nodes.push(Some(node));
-                            self.nodes.len() - 1
-                        }
-                    };
-                    self.node_mut(at).children.insert(key.into(), id);
-                    id
+                    let key_hash = path_key(self.node(at).key_hash, key);
+                    self.add_node(at, key, Place::Device(block), key_hash)
                 }
             };
             self.node_mut(at).last_used = clock;
@@ -403,11 +566,36 @@ impl RadixCache {
         {
             return Some(slot[0]);
         }
+        // The least recently used host block with no host block after it.
         let victim = self
             .live()
-            .filter(|(_, n)| matches!(n.place, Some(Place::Host(_))) && n.children.is_empty())
+            .filter(|(_, n)| {
+                matches!(n.place, Some(Place::Host(_)))
+                    && n.children
+                        .values()
+                        .all(|&c| !matches!(self.node(c).place, Some(Place::Host(_))))
+            })
+            .filter(|(_, n)| self.storage || n.children.is_empty())
             .min_by_key(|(_, n)| n.last_used)
             .map(|(id, _)| id)?;
+        if self.storage {
+            let Some(Place::Host(h)) = self.node(victim).place else {
+                unreachable!("a host node")
+            };
+            if !self.node(victim).stored {
+                let (key, tokens) = (self.node(victim).key_hash, self.path(victim));
+                self.copies.push(KvCopy::HostToStorage {
+                    host: h,
+                    key,
+                    tokens,
+                });
+                self.node_mut(victim).stored = true;
+                self.written += 1;
+            }
+            self.node_mut(victim).place = Some(Place::Stored);
+            // The slot is reused at once: its copy to storage is queued before any copy into it.
+            return Some(h);
+        }
         self.drop_subtree(victim);
         host.inner().borrow_mut().allocate_into(1, &mut slot).ok()?;
         Some(slot[0])
@@ -429,7 +617,7 @@ impl RadixCache {
             match node.place {
                 Some(Place::Device(b)) => self.pool.inner().borrow_mut().release(b),
                 Some(Place::Host(h)) => self.release_host(h),
-                None => {}
+                Some(Place::Stored) | None => {}
             }
             self.vacant.push(n);
             self.evicted += 1;
@@ -447,7 +635,7 @@ impl RadixCache {
         }
         self.evicted = evicted;
         self.copies.clear();
-        stats.device_blocks + stats.host_blocks
+        stats.device_blocks + stats.host_blocks + stats.stored_blocks
     }
 }
 
@@ -589,7 +777,7 @@ mod tests {
             .iter()
             .map(|c| match c {
                 KvCopy::ToHost { host, .. } => *host,
-                KvCopy::ToDevice { .. } => unreachable!(),
+                other => unreachable!("{other:?}"),
             })
             .collect();
         let back = cache.take_copies();
@@ -623,5 +811,55 @@ mod tests {
         assert_eq!((pool.used_blocks(), host.used_blocks()), (0, 0));
         pool.assert_consistent();
         host.assert_consistent();
+    }
+
+    #[test]
+    fn the_storage_tier_takes_what_the_host_tier_drops_and_restores_a_tree() {
+        let pool = BlockPool::with_blocks(2, 4).unwrap();
+        let host = BlockPool::with_blocks(2, 1).unwrap();
+        let mut cache = RadixCache::with_host_tier(pool.clone(), host.clone());
+        cache.enable_storage();
+        let a = [1, 1, 2, 2];
+        let t = pool.allocate(4).unwrap();
+        cache.insert(&a, t.blocks());
+        drop(t);
+        // The leaf goes to the host slot, then to storage to make room for its parent.
+        assert_eq!(cache.evict(2), 2);
+        let copies = cache.take_copies();
+        let leaf_key = path_key(path_key(0, &[1, 1]), &[2, 2]);
+        assert!(matches!(
+            &copies[1],
+            KvCopy::HostToStorage { key, tokens, .. } if *key == leaf_key && tokens == &a
+        ));
+        let stats = cache.stats();
+        assert_eq!(
+            (stats.host_blocks, stats.stored_blocks, stats.stored),
+            (1, 1, 1)
+        );
+        // Matching promotes both: the parent from the host, the leaf from storage.
+        let found = cache.acquire(&[1, 1, 2, 2, 3]);
+        assert_eq!(
+            (found.device_tokens, found.host_tokens, found.storage_tokens),
+            (0, 2, 2)
+        );
+        assert!(matches!(
+            cache.take_copies()[1],
+            KvCopy::StorageToDevice { key, .. } if key == leaf_key
+        ));
+        drop(found);
+        // A shutdown persists what storage lacks (the parent); a new cache restores the tree.
+        let persist = cache.persist();
+        assert_eq!(persist.len(), 1);
+        assert_eq!(persist[0].tokens, [1, 1]);
+        assert!(cache.persist().is_empty(), "written once");
+        let mut fresh = RadixCache::with_host_tier(pool.clone(), host.clone());
+        fresh.enable_storage();
+        assert!(!fresh.restore(&a), "the parent first");
+        assert!(fresh.restore(&[1, 1]) && fresh.restore(&a));
+        assert_eq!(fresh.prefix_len(&a), 4);
+        assert_eq!(fresh.stats().stored_blocks, 2);
+        drop(cache);
+        drop(fresh);
+        assert_eq!((pool.used_blocks(), host.used_blocks()), (0, 0));
     }
 }

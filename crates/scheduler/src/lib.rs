@@ -28,7 +28,7 @@ mod sequence;
 
 pub use sequence::{SeqId, Sequence};
 
-use kvcache::{BlockPool, KvCopy, OutOfBlocks, RadixCache};
+use kvcache::{BlockPool, KvCopy, OutOfBlocks, RadixCache, ToPersist};
 use std::collections::VecDeque;
 
 /// The order waiting sequences are admitted in (SGLang's `--schedule-policy`).
@@ -91,13 +91,16 @@ pub struct CacheStats {
     pub evicted_blocks: u64,
     pub demoted_blocks: u64,
     pub promoted_blocks: u64,
-    /// Blocks in the host tier.
+    /// Blocks in the host tier, only in the storage tier, and written to storage so far.
     pub host_blocks: usize,
+    pub stored_only_blocks: usize,
+    pub stored_blocks: u64,
     /// Prompt tokens of admitted sequences, those found in the cache (first admissions), and of
     /// those, the ones promoted from the host tier.
     pub prompt_tokens: u64,
     pub cached_prompt_tokens: u64,
     pub host_prompt_tokens: u64,
+    pub storage_prompt_tokens: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -161,6 +164,7 @@ pub struct Scheduler {
     prompt_tokens: u64,
     cached_prompt_tokens: u64,
     host_prompt_tokens: u64,
+    storage_prompt_tokens: u64,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -193,6 +197,7 @@ impl Scheduler {
             prompt_tokens: 0,
             cached_prompt_tokens: 0,
             host_prompt_tokens: 0,
+            storage_prompt_tokens: 0,
         })
     }
 
@@ -230,6 +235,7 @@ impl Scheduler {
             ..CacheStats::default()
         };
         stats.host_prompt_tokens = self.host_prompt_tokens;
+        stats.storage_prompt_tokens = self.storage_prompt_tokens;
         if let Some(c) = &self.cache {
             let r = c.stats();
             stats.cached_blocks = r.device_blocks;
@@ -238,8 +244,36 @@ impl Scheduler {
             stats.evicted_blocks = r.evicted;
             stats.demoted_blocks = r.demoted;
             stats.promoted_blocks = r.promoted;
+            stats.stored_only_blocks = r.stored_blocks;
+            stats.stored_blocks = r.stored;
         }
         stats
+    }
+
+    /// Gives the prefix cache a storage tier (it needs the host tier); false without one.
+    pub fn enable_storage(&mut self) -> bool {
+        match self.cache.as_mut() {
+            Some(c) if self.config.host_blocks > 0 => {
+                c.enable_storage();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Puts a stored block (its whole token path) back into the prefix cache; false if its
+    /// parent is missing or there is no cache.
+    pub fn restore_stored(&mut self, tokens: &[u32]) -> bool {
+        self.cache.as_mut().is_some_and(|c| c.restore(tokens))
+    }
+
+    /// Every cached block the storage tier lacks, to be written now (see
+    /// [`RadixCache::persist`]).
+    pub fn persist_cache(&mut self) -> Vec<ToPersist> {
+        self.cache
+            .as_mut()
+            .map(RadixCache::persist)
+            .unwrap_or_default()
     }
 
     /// The KV copies between the prefix cache's tiers that planning (and draft reservations)
@@ -346,10 +380,11 @@ impl Scheduler {
                 break;
             }
             let mut seq = self.waiting.remove(i).expect("index in range");
-            if let Some((prompt, cached, from_host)) = seq.admitted() {
+            if let Some((prompt, cached, from_host, from_storage)) = seq.admitted() {
                 self.prompt_tokens += prompt as u64;
                 self.cached_prompt_tokens += cached as u64;
                 self.host_prompt_tokens += from_host as u64;
+                self.storage_prompt_tokens += from_storage as u64;
             }
             plan.batch.push(Scheduled {
                 id: seq.id,

@@ -20,8 +20,10 @@ pub struct Sequence {
     inserted: usize,
     /// Prompt tokens the first admission found in the prefix cache.
     cached_prompt: Option<usize>,
-    /// Of the tokens the latest admission reused, those promoted from the host tier.
+    /// Of the tokens the latest admission reused, those promoted from the host and storage
+    /// tiers.
     from_host: usize,
+    from_storage: usize,
 }
 
 impl Sequence {
@@ -36,6 +38,7 @@ impl Sequence {
             inserted: 0,
             cached_prompt: None,
             from_host: 0,
+            from_storage: 0,
         }
     }
 
@@ -67,18 +70,25 @@ impl Sequence {
         self.computed = reuse.table.num_tokens();
         self.inserted = self.computed / bs;
         self.from_host = reuse.host_tokens;
+        self.from_storage = reuse.storage_tokens;
         self.table = Some(reuse.table);
     }
 
     /// Records an admission; on the first, returns the prompt's length and the tokens of it the
-    /// cache supplied, in all and from the host tier.
-    pub(crate) fn admitted(&mut self) -> Option<(usize, usize, usize)> {
+    /// cache supplied: in all, from the host tier and from storage.
+    pub(crate) fn admitted(&mut self) -> Option<(usize, usize, usize, usize)> {
         if self.cached_prompt.is_some() {
             return None;
         }
         let cached = self.computed.min(self.prompt_len);
         self.cached_prompt = Some(cached);
-        Some((self.prompt_len, cached, self.from_host.min(cached)))
+        let host = self.from_host.min(cached);
+        Some((
+            self.prompt_len,
+            cached,
+            host,
+            self.from_storage.min(cached - host),
+        ))
     }
 
     /// Full blocks of this sequence's prefix (its first `blocks` blocks) the prefix cache may
@@ -183,5 +193,6 @@ impl Sequence {
         self.computed = 0;
         self.inserted = 0;
         self.from_host = 0;
+        self.from_storage = 0;
     }
 }

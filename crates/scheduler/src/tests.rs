@@ -61,6 +61,7 @@ fn simulate_counting(
                 kvcache::KvCopy::ToDevice { host, device } => {
                     store[device.index()] = host_store[host.index()];
                 }
+                other => unreachable!("no storage tier here: {other:?}"),
             }
         }
         let prefill: usize = plan.batch.iter().filter(|b| b.len > 1).map(|b| b.len).sum();

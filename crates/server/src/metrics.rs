@@ -255,6 +255,12 @@ impl ServerMetrics {
             engine.cache_promoted_blocks as f64,
         );
         gauge(
+            "cache_stored_blocks_total",
+            "Prefix-cache blocks written to the storage tier.",
+            "counter",
+            engine.cache_stored_blocks as f64,
+        );
+        gauge(
             "cache_evicted_blocks_total",
             "Prefix-cache blocks dropped (from the host tier when there is one).",
             "counter",
@@ -281,9 +287,12 @@ impl ServerMetrics {
         );
         let _ = writeln!(
             out,
-            "# HELP specula:cached_tokens_total Prompt tokens served from the prefix cache, by the tier they were in.\n# TYPE specula:cached_tokens_total counter\nspecula:cached_tokens_total{{tier=\"device\"}} {}\nspecula:cached_tokens_total{{tier=\"host\"}} {}",
-            engine.cache_hit_tokens - engine.cache_host_hit_tokens,
-            engine.cache_host_hit_tokens
+            "# HELP specula:cached_tokens_total Prompt tokens served from the prefix cache, by the tier they were in.\n# TYPE specula:cached_tokens_total counter\nspecula:cached_tokens_total{{tier=\"device\"}} {}\nspecula:cached_tokens_total{{tier=\"host\"}} {}\nspecula:cached_tokens_total{{tier=\"storage\"}} {}",
+            engine.cache_hit_tokens
+                - engine.cache_host_hit_tokens
+                - engine.cache_storage_hit_tokens,
+            engine.cache_host_hit_tokens,
+            engine.cache_storage_hit_tokens
         );
         let _ = writeln!(
             out,

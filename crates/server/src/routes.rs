@@ -652,6 +652,8 @@ async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
             "host_cached_tokens": s.cache_host_hit_tokens,
             "demoted_blocks": s.cache_demoted_blocks,
             "promoted_blocks": s.cache_promoted_blocks,
+            "storage_cached_tokens": s.cache_storage_hit_tokens,
+            "stored_blocks": s.cache_stored_blocks,
             "evicted_blocks": s.cache_evicted_blocks,
         },
         "speculative": {

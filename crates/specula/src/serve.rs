@@ -107,6 +107,11 @@ pub struct ServeArgs {
     /// Host tier size in GB; over --hicache-ratio when given.
     #[arg(long)]
     pub hicache_size: Option<f64>,
+    /// A directory for a third tier: host blocks that would be dropped are written there, and
+    /// every cached block on shutdown, so a restarted server starts warm (needs
+    /// --enable-hierarchical-cache).
+    #[arg(long)]
+    pub hicache_storage_dir: Option<PathBuf>,
     /// A TOML file with any of these settings.
     #[arg(long)]
     #[serde(skip)]
@@ -142,6 +147,7 @@ pub struct ServeConfig {
     /// The host tier's size: `Ratio(r)` of the KV pool or `Gb(size)`; `None` without one.
     #[serde(skip)]
     pub hicache: Option<HostTier>,
+    pub hicache_storage_dir: Option<PathBuf>,
     #[serde(skip)]
     pub policy: engine::SchedulePolicy,
     /// Speculation, when on.
@@ -207,6 +213,7 @@ impl ServeArgs {
                 .to_ascii_lowercase(),
             policy: engine::SchedulePolicy::Fcfs,
             hicache: None,
+            hicache_storage_dir: self.hicache_storage_dir.or(file.hicache_storage_dir),
             speculative: None,
             speculative_draft_model_path: None,
         };
@@ -229,6 +236,9 @@ impl ServeArgs {
                 anyhow::bail!("--hicache-size and --hicache-ratio must be positive");
             }
             cfg.hicache = Some(tier);
+        }
+        if cfg.hicache_storage_dir.is_some() && cfg.hicache.is_none() {
+            anyhow::bail!("--hicache-storage-dir needs --enable-hierarchical-cache");
         }
         cfg.policy = match cfg.schedule_policy.as_str() {
             "fcfs" => engine::SchedulePolicy::Fcfs,
@@ -443,6 +453,10 @@ impl Running {
         if left > 0 {
             tracing::warn!(left, "shutdown timeout: requests still running are dropped");
         }
+        let written = self.engine.persist_cache().await;
+        if written > 0 {
+            tracing::info!(written, "prefix cache stored for the next start");
+        }
         let _ = self.stop.send(());
         let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
     }
@@ -450,6 +464,30 @@ impl Running {
 
 /// KV block size, in tokens.
 const BLOCK_SIZE: usize = 16;
+
+/// Names a model file's weights for the storage tier: its size and a hash of its first and last
+/// MiB (the metadata and the last tensors), so stored KV of another model is never reused.
+fn fingerprint(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = f.metadata()?.len();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    let mut buf = Vec::with_capacity(1 << 20);
+    (&mut f).take(1 << 20).read_to_end(&mut buf)?;
+    eat(&buf);
+    f.seek(SeekFrom::Start(len.saturating_sub(1 << 20)))?;
+    buf.clear();
+    (&mut f).take(1 << 20).read_to_end(&mut buf)?;
+    eat(&buf);
+    Ok(format!("{len}-{h:016x}-bs{BLOCK_SIZE}"))
+}
 
 fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
     let model = Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
@@ -484,6 +522,8 @@ fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
         prefix_cache: !s.disable_radix_cache,
         schedule_policy: s.policy,
         host_cache_blocks: 0,
+        hicache_storage_dir: s.hicache_storage_dir.clone(),
+        model_fingerprint: fingerprint(path)?,
     };
     let mut config = config;
     if let Some(tier) = s.hicache {

@@ -1223,3 +1223,40 @@ async fn prefixes_evicted_to_the_host_tier_come_back_with_the_same_output() {
         .unwrap();
     assert_eq!(info["prefix_cache"]["host_blocks_total"], 64);
 }
+
+#[tokio::test]
+async fn a_restarted_server_with_a_storage_dir_reuses_its_prefixes() {
+    let dir = std::env::temp_dir().join(format!("specula-hicache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dir_arg = dir.to_str().unwrap().to_string();
+    let args = [
+        "--enable-hierarchical-cache",
+        "--hicache-storage-dir",
+        dir_arg.as_str(),
+    ];
+    let body = with_system(&long_system_prompt(200), "Go on.", 8);
+    let first = {
+        let mut s = Server::start(&args);
+        let (status, r) = post(&s.url("/v1/chat/completions"), body.clone()).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(cached_tokens(&r), 0);
+        // A graceful stop writes the cache out.
+        s.terminate();
+        assert!(s.wait(Duration::from_secs(60)).success());
+        r
+    };
+    let stored = std::fs::read_dir(&dir).unwrap().count();
+    assert!(stored >= 12, "{stored} blocks stored");
+    let s = Server::start(&args);
+    let (status, again) = post(&s.url("/v1/chat/completions"), body).await;
+    assert_eq!(status, 200, "{again}");
+    let prompt = again["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(cached_tokens(&again) >= prompt - 16, "{again}");
+    assert!(metric(&s, "cached_tokens_total{tier=\"storage\"}").await > 0.0);
+    assert_eq!(
+        again["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"],
+        "KV read back from storage must give the same output"
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,148 @@
+//! The prefix cache's storage tier: one file per KV block in a directory
+//! (`--hicache-storage-dir`), named by the block's path key (`kvcache::path_key`, a hash of
+//! every token up to the block's end), so a restarted server finds its prefixes again.
+//!
+//! A file holds a header (magic, the model's fingerprint, the block's whole token path) and the
+//! block's keys and values as the runner saves them (f32, little-endian). Files of another model
+//! or layout are ignored, never read into the cache. Files are written to a temporary name and
+//! renamed, so a crash leaves no half-written block under a real name.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 10] = b"SPECULAKV1";
+
+pub(crate) struct KvFiles {
+    dir: PathBuf,
+    fingerprint: String,
+    floats: usize,
+}
+
+impl KvFiles {
+    /// The directory (created if missing) for blocks of `floats` values of the model
+    /// `fingerprint` names.
+    pub(crate) fn open(dir: &Path, fingerprint: &str, floats: usize) -> io::Result<Self> {
+        fs::create_dir_all(dir)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            fingerprint: fingerprint.to_string(),
+            floats,
+        })
+    }
+
+    fn path(&self, key: u64) -> PathBuf {
+        self.dir.join(format!("{key:016x}.kv"))
+    }
+
+    pub(crate) fn write(&self, key: u64, tokens: &[u32], data: &[f32]) -> io::Result<()> {
+        assert_eq!(data.len(), self.floats, "a whole block");
+        let mut bytes = Vec::with_capacity(64 + 4 * (tokens.len() + data.len()));
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&(self.fingerprint.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(self.fingerprint.as_bytes());
+        bytes.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
+        for t in tokens {
+            bytes.extend_from_slice(&t.to_le_bytes());
+        }
+        bytes.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        for v in data {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let tmp = self.dir.join(format!("{key:016x}.kv.tmp"));
+        fs::File::create(&tmp)?.write_all(&bytes)?;
+        fs::rename(tmp, self.path(key))
+    }
+
+    /// The header of a file: its token path, if the file is this model's and whole.
+    fn header(&self, r: &mut impl Read) -> io::Result<Option<Vec<u32>>> {
+        let mut magic = [0u8; 10];
+        r.read_exact(&mut magic)?;
+        if &magic != MAGIC {
+            return Ok(None);
+        }
+        let n = read_u32(r)? as usize;
+        if n != self.fingerprint.len() {
+            return Ok(None);
+        }
+        let mut fp = vec![0u8; n];
+        r.read_exact(&mut fp)?;
+        if fp != self.fingerprint.as_bytes() {
+            return Ok(None);
+        }
+        let n = read_u32(r)? as usize;
+        let mut tokens = Vec::with_capacity(n.min(1 << 20));
+        for _ in 0..n {
+            tokens.push(read_u32(r)?);
+        }
+        let mut floats = [0u8; 8];
+        r.read_exact(&mut floats)?;
+        Ok((u64::from_le_bytes(floats) == self.floats as u64).then_some(tokens))
+    }
+
+    /// Reads block `key`, whose path must be `tokens`, into `out`.
+    pub(crate) fn read(&self, key: u64, tokens: Option<&[u32]>, out: &mut [f32]) -> io::Result<()> {
+        let mut r = io::BufReader::new(fs::File::open(self.path(key))?);
+        let Some(found) = self.header(&mut r)? else {
+            return Err(io::Error::other("not a block of this model"));
+        };
+        if tokens.is_some_and(|t| t != found) {
+            return Err(io::Error::other("the file holds another prefix"));
+        }
+        let mut bytes = vec![0u8; 4 * self.floats];
+        r.read_exact(&mut bytes)?;
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        Ok(())
+    }
+
+    /// The token paths of this model's stored blocks, shortest first (so parents come before
+    /// their children); unreadable and foreign files are skipped.
+    pub(crate) fn list(&self) -> Vec<Vec<u32>> {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut paths: Vec<Vec<u32>> = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "kv"))
+            .filter_map(|e| {
+                let mut r = io::BufReader::new(fs::File::open(e.path()).ok()?);
+                self.header(&mut r).ok().flatten()
+            })
+            .collect();
+        paths.sort_by_key(Vec::len);
+        paths
+    }
+}
+
+fn read_u32(r: &mut impl Read) -> io::Result<u32> {
+    let mut b = [0u8; 4];
+    r.read_exact(&mut b)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_round_trip_and_foreign_files_are_ignored() {
+        let dir = std::env::temp_dir().join(format!("specula-kv-files-{}", std::process::id()));
+        let files = KvFiles::open(&dir, "model-a", 4).unwrap();
+        files.write(7, &[1, 2], &[0.5, -1.0, 2.0, 3.0]).unwrap();
+        files.write(9, &[1, 2, 3, 4], &[1.0; 4]).unwrap();
+        let mut out = [0.0; 4];
+        files.read(7, Some(&[1, 2]), &mut out).unwrap();
+        assert_eq!(out, [0.5, -1.0, 2.0, 3.0]);
+        assert!(
+            files.read(7, Some(&[1, 3]), &mut out).is_err(),
+            "another prefix"
+        );
+        assert_eq!(files.list(), vec![vec![1, 2], vec![1, 2, 3, 4]]);
+        let other = KvFiles::open(&dir, "model-b", 4).unwrap();
+        assert!(other.list().is_empty());
+        assert!(other.read(7, None, &mut out).is_err());
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
