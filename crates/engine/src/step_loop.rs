@@ -268,8 +268,18 @@ impl Engine {
                 self.fail_unrunnable();
                 continue;
             }
-            let drafts = self.propose(&mut plan);
-            self.copy_between_tiers();
+            let mut drafts = self.propose(&mut plan);
+            let lost = self.copy_between_tiers();
+            if !lost.is_empty() {
+                plan.batch.retain(|b| !lost.contains(&b.id));
+                for id in lost {
+                    drafts.remove(&id);
+                    self.fail(id, "a cached prefix could not be read back from storage");
+                }
+                if plan.is_empty() {
+                    continue;
+                }
+            }
             self.step(&plan, drafts);
         }
     }
@@ -363,8 +373,9 @@ impl Engine {
     }
 
     /// Makes the copies between the prefix cache's tiers that planning queued, in order, before
-    /// the forward pass can overwrite a demoted block.
-    fn copy_between_tiers(&mut self) {
+    /// the forward pass can overwrite a demoted block. Returns the requests that lost their KV
+    /// (a stored block that could not be read).
+    fn copy_between_tiers(&mut self) -> Vec<SeqId> {
         let floats = self.runner.block_floats();
         let slot = |h: kvcache::BlockId| h.index() * floats..(h.index() + 1) * floats;
         let mut unreadable = Vec::new();
@@ -405,22 +416,20 @@ impl Engine {
                 tracing::error!("KV copy between cache tiers failed: {e}");
             }
         }
-        // A block that could not be read back holds nothing valid: its users fail.
-        if !unreadable.is_empty() {
-            let hit: Vec<SeqId> = self
-                .active
-                .keys()
-                .copied()
-                .filter(|&id| {
-                    self.scheduler
-                        .get(id)
-                        .is_some_and(|s| s.block_ids().iter().any(|b| unreadable.contains(b)))
-                })
-                .collect();
-            for id in hit {
-                self.fail(id, "a cached prefix could not be read back from storage");
-            }
+        // A block that could not be read back holds nothing valid: the cache forgets it and its
+        // users fail (the caller takes them out of the step).
+        let mut lost = Vec::new();
+        for block in unreadable {
+            self.scheduler.forget_cached_block(block);
+            lost.extend(self.active.keys().copied().filter(|&id| {
+                self.scheduler
+                    .get(id)
+                    .is_some_and(|s| s.block_ids().contains(&block))
+            }));
         }
+        lost.sort();
+        lost.dedup();
+        lost
     }
 
     /// Writes every cached block the storage tier lacks (a shutdown); returns how many.

@@ -624,6 +624,18 @@ impl RadixCache {
         }
     }
 
+    /// Drops the node holding device block `block`, and everything after it (their KV cannot be
+    /// trusted); nothing if no node holds it.
+    pub fn forget_device_block(&mut self, block: BlockId) {
+        let found = self
+            .live()
+            .find(|(_, n)| n.place == Some(Place::Device(block)))
+            .map(|(id, _)| id);
+        if let Some(id) = found {
+            self.drop_subtree(id);
+        }
+    }
+
     /// Drops every cached block on both tiers (those in use stay with their sequences), and
     /// any copies not yet made. Returns how many blocks were dropped.
     pub fn clear(&mut self) -> usize {
@@ -846,6 +858,7 @@ mod tests {
             cache.take_copies()[1],
             KvCopy::StorageToDevice { key, .. } if key == leaf_key
         ));
+        let promoted = found.table.blocks().to_vec();
         drop(found);
         // A shutdown persists what storage lacks (the parent); a new cache restores the tree.
         let persist = cache.persist();
@@ -858,6 +871,10 @@ mod tests {
         assert!(fresh.restore(&[1, 1]) && fresh.restore(&a));
         assert_eq!(fresh.prefix_len(&a), 4);
         assert_eq!(fresh.stats().stored_blocks, 2);
+        // A block that cannot be trusted (unreadable) is forgotten, with what follows it.
+        cache.forget_device_block(promoted[0]);
+        assert_eq!(cache.prefix_len(&a), 0);
+        assert_eq!(pool.ref_count(promoted[0]), 0);
         drop(cache);
         drop(fresh);
         assert_eq!((pool.used_blocks(), host.used_blocks()), (0, 0));

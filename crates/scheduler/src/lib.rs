@@ -267,6 +267,14 @@ impl Scheduler {
         self.cache.as_mut().is_some_and(|c| c.restore(tokens))
     }
 
+    /// Drops the cached node holding device block `block` (and what follows it): its KV is not
+    /// valid (it could not be read back).
+    pub fn forget_cached_block(&mut self, block: u32) {
+        if let Some(c) = self.cache.as_mut() {
+            c.forget_device_block(kvcache::BlockId(block));
+        }
+    }
+
     /// Every cached block the storage tier lacks, to be written now (see
     /// [`RadixCache::persist`]).
     pub fn persist_cache(&mut self) -> Vec<ToPersist> {

@@ -111,6 +111,12 @@ async fn sse_events(response: reqwest::Response) -> Vec<String> {
         .collect()
 }
 
+/// A GET route's JSON body.
+async fn get_json(server: &Server, path: &str) -> Value {
+    let r = client().get(server.url(path)).send().await.unwrap();
+    r.json().await.unwrap()
+}
+
 /// A metric's value from the Prometheus text.
 async fn metric(server: &Server, name: &str) -> f64 {
     let text = client()
@@ -475,14 +481,7 @@ async fn bad_requests_get_openai_errors_with_the_right_status() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
-    let info: Value = client()
-        .get(s.url("/server_info"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = get_json(&s, "/server_info").await;
     assert_eq!(info["config"]["max_running_requests"], 64);
     assert_eq!(info["phase"], "ready");
     assert!(
@@ -1213,14 +1212,7 @@ async fn prefixes_evicted_to_the_host_tier_come_back_with_the_same_output() {
         again["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"],
         "demotion and promotion must not change the output"
     );
-    let info: Value = client()
-        .get(s.url("/server_info"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = get_json(&s, "/server_info").await;
     assert_eq!(info["prefix_cache"]["host_blocks_total"], 64);
 }
 
