@@ -265,16 +265,22 @@ impl Engine {
             self.announce_admissions(&plan);
             self.publish_load();
             if plan.is_empty() {
+                for id in self.copy_between_tiers() {
+                    self.forget_drafts(id);
+                    self.scheduler.requeue(id);
+                }
                 self.fail_unrunnable();
                 continue;
             }
             let mut drafts = self.propose(&mut plan);
             let lost = self.copy_between_tiers();
             if !lost.is_empty() {
+                // Their cached prefix was unreadable (and is forgotten): recompute them.
                 plan.batch.retain(|b| !lost.contains(&b.id));
                 for id in lost {
                     drafts.remove(&id);
-                    self.fail(id, "a cached prefix could not be read back from storage");
+                    self.forget_drafts(id);
+                    self.scheduler.requeue(id);
                 }
                 if plan.is_empty() {
                     continue;
@@ -315,6 +321,7 @@ impl Engine {
                 }
             }
             Command::PersistCache(reply) => {
+                self.copy_between_tiers();
                 let _ = reply.send(self.persist_cache());
             }
             Command::FlushCache(reply) => {
@@ -373,8 +380,8 @@ impl Engine {
     }
 
     /// Makes the copies between the prefix cache's tiers that planning queued, in order, before
-    /// the forward pass can overwrite a demoted block. Returns the requests that lost their KV
-    /// (a stored block that could not be read).
+    /// the forward pass can overwrite a demoted block. Returns the requests whose reused
+    /// prefix could not be read back from storage.
     fn copy_between_tiers(&mut self) -> Vec<SeqId> {
         let floats = self.runner.block_floats();
         let slot = |h: kvcache::BlockId| h.index() * floats..(h.index() + 1) * floats;
@@ -395,10 +402,16 @@ impl Engine {
                         .map_err(|e| format!("cannot write a stored block: {e}")),
                     None => Ok(()),
                 },
-                KvCopy::StorageToDevice { key, device } => {
+                KvCopy::StorageToDevice {
+                    key,
+                    device,
+                    tokens,
+                } => {
                     let mut data = vec![0.0; floats];
                     let read = match &self.files {
-                        Some(f) => f.read(key, None, &mut data).map_err(|e| e.to_string()),
+                        Some(f) => f
+                            .read(key, Some(&tokens), &mut data)
+                            .map_err(|e| e.to_string()),
                         None => Err("no storage tier".into()),
                     };
                     let done = read.and_then(|()| {
@@ -416,10 +429,11 @@ impl Engine {
                 tracing::error!("KV copy between cache tiers failed: {e}");
             }
         }
-        // A block that could not be read back holds nothing valid: the cache forgets it and its
-        // users fail (the caller takes them out of the step).
+        // A block that could not be read back holds nothing valid. It is still pinned, so the
+        // requests holding it are the ones that took the prefix: the cache forgets it, and the
+        // caller sends them back to be recomputed.
         let mut lost = Vec::new();
-        for block in unreadable {
+        for &block in &unreadable {
             self.scheduler.forget_cached_block(block);
             lost.extend(self.active.keys().copied().filter(|&id| {
                 self.scheduler
@@ -427,6 +441,7 @@ impl Engine {
                     .is_some_and(|s| s.block_ids().contains(&block))
             }));
         }
+        self.scheduler.unpin_cache_blocks();
         lost.sort();
         lost.dedup();
         lost

@@ -214,7 +214,8 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32, host_blocks: 
     // The KV copies the cache asks for, made on the modelled stores.
     fn apply(cache: &mut RadixCache, store: &mut Store, host_store: &mut (Store, Files)) {
         let (host_store, files) = host_store;
-        for copy in cache.take_copies() {
+        let copies = cache.take_copies();
+        for copy in copies {
             match copy {
                 KvCopy::ToHost { device, host } => {
                     host_store[host.index()] = store[device.index()].clone();
@@ -225,11 +226,12 @@ fn run_prefix_cache(seed: u64, block_size: usize, num_blocks: u32, host_blocks: 
                 KvCopy::HostToStorage { host, key, .. } => {
                     files.insert(key, host_store[host.index()].clone());
                 }
-                KvCopy::StorageToDevice { key, device } => {
+                KvCopy::StorageToDevice { key, device, .. } => {
                     store[device.index()] = files[&key].clone();
                 }
             }
         }
+        cache.unpin();
     }
     let mut state = seed.max(1);
     let mut rand = move |n: usize| {

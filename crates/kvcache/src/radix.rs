@@ -100,8 +100,14 @@ pub enum KvCopy {
         key: u64,
         tokens: Vec<u32>,
     },
-    /// Promotion from storage.
-    StorageToDevice { key: u64, device: BlockId },
+    /// Promotion from storage; `tokens` is the block's whole path (checked against the file's).
+    /// The device block stays pinned until [`RadixCache::unpin`], so a failed read can be traced
+    /// to it.
+    StorageToDevice {
+        key: u64,
+        device: BlockId,
+        tokens: Vec<u32>,
+    },
 }
 
 /// A block [`RadixCache::persist`] wants written to storage, from where it is now.
@@ -150,6 +156,8 @@ pub struct RadixCache {
     host: Option<BlockPool>,
     storage: bool,
     copies: Vec<KvCopy>,
+    /// Device blocks with a storage read pending (one extra reference each).
+    pinned: Vec<BlockId>,
     /// Slab of nodes; `None` marks a free slot (listed in `vacant`).
     nodes: Vec<Option<Node>>,
     vacant: Vec<NodeId>,
@@ -175,6 +183,7 @@ impl RadixCache {
             host: None,
             storage: false,
             copies: Vec::new(),
+            pinned: Vec::new(),
             nodes: vec![Some(Node {
                 parent: ROOT,
                 key: Box::new([]),
@@ -358,6 +367,15 @@ impl RadixCache {
         self.stats().idle_blocks
     }
 
+    /// Releases the blocks pinned by storage reads: call once the copies are made (and a failed
+    /// read's block is forgotten).
+    pub fn unpin(&mut self) {
+        let mut pool = self.pool.inner().borrow_mut();
+        for b in self.pinned.drain(..) {
+            pool.release(b);
+        }
+    }
+
     /// The copies queued since the last call, in the order they must be made.
     pub fn take_copies(&mut self) -> Vec<KvCopy> {
         std::mem::take(&mut self.copies)
@@ -448,8 +466,14 @@ impl RadixCache {
                 self.release_host(h);
             }
             _ => {
-                let key = self.node(id).key_hash;
-                self.copies.push(KvCopy::StorageToDevice { key, device });
+                let (key, tokens) = (self.node(id).key_hash, self.path(id));
+                self.copies.push(KvCopy::StorageToDevice {
+                    key,
+                    device,
+                    tokens,
+                });
+                self.pool.inner().borrow_mut().retain(device);
+                self.pinned.push(device);
             }
         }
         self.node_mut(id).place = Some(Place::Device(device));
@@ -855,10 +879,22 @@ mod tests {
             (0, 2, 2)
         );
         assert!(matches!(
-            cache.take_copies()[1],
-            KvCopy::StorageToDevice { key, .. } if key == leaf_key
+            &cache.take_copies()[1],
+            KvCopy::StorageToDevice { key, tokens, .. } if *key == leaf_key && tokens == &a
         ));
         let promoted = found.table.blocks().to_vec();
+        drop(found);
+        assert_eq!(
+            pool.ref_count(promoted[1]),
+            2,
+            "pinned until the read is done"
+        );
+        assert_eq!(cache.evict(4), 0, "the pinned leaf holds its path");
+        cache.unpin();
+        assert_eq!(pool.ref_count(promoted[1]), 1);
+        let found = cache.acquire(&a);
+        assert_eq!(found.table.num_tokens(), 4);
+        let _ = cache.take_copies();
         drop(found);
         // A shutdown persists what storage lacks (the parent); a new cache restores the tree.
         let persist = cache.persist();

@@ -275,6 +275,23 @@ impl Scheduler {
         }
     }
 
+    /// Releases the blocks pinned for storage reads, once the engine has made the copies.
+    pub fn unpin_cache_blocks(&mut self) {
+        if let Some(c) = self.cache.as_mut() {
+            c.unpin();
+        }
+    }
+
+    /// Sends a running sequence back to the front of the queue without its blocks, to be
+    /// recomputed (as a preemption does), e.g. after its cached prefix turned out unreadable.
+    pub fn requeue(&mut self, id: SeqId) {
+        if let Some(i) = self.running.iter().position(|s| s.id == id) {
+            let mut seq = self.running.remove(i);
+            seq.release();
+            self.waiting.push_front(seq);
+        }
+    }
+
     /// Every cached block the storage tier lacks, to be written now (see
     /// [`RadixCache::persist`]).
     pub fn persist_cache(&mut self) -> Vec<ToPersist> {
