@@ -10,6 +10,7 @@ pub mod error;
 mod generate;
 pub mod metrics;
 mod params;
+pub mod parsers;
 mod responses;
 mod routes;
 pub mod stop;
