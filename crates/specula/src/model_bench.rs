@@ -163,7 +163,38 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
             args.batch_prompt
         );
     }
-    verify_costs(&model, &args)
+    verify_costs(&model, &args)?;
+    tier_copy_cost(&model, &args)
+}
+
+/// What the prefix cache's host tier pays per block: one demotion (device → host) and one
+/// promotion (host → device) of a block's keys and values over all layers.
+fn tier_copy_cost(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
+    const BLOCKS: usize = 64;
+    let mut runner = Runner::new(&model.config, BLOCK, BLOCKS);
+    let floats = runner.block_floats();
+    let mut host = vec![0.0f32; BLOCKS * floats];
+    let save = best_of(args.repeat, || {
+        let t = Instant::now();
+        for (b, slot) in host.chunks_exact_mut(floats).enumerate() {
+            runner.save_block(b as u32, slot)?;
+        }
+        Ok(t.elapsed().as_secs_f64() / BLOCKS as f64)
+    })?;
+    let load = best_of(args.repeat, || {
+        let t = Instant::now();
+        for (b, slot) in host.chunks_exact(floats).enumerate() {
+            runner.load_block(b as u32, slot)?;
+        }
+        Ok(t.elapsed().as_secs_f64() / BLOCKS as f64)
+    })?;
+    println!(
+        "  KV block    {:>8.1} µs demotion, {:.1} µs promotion ({} KB a block of {BLOCK} tokens)",
+        save * 1e6,
+        load * 1e6,
+        floats * 4 / 1000
+    );
+    Ok(())
 }
 
 /// Speculative verification: steps of 1 + k rows of one sequence, every row with logits.
