@@ -153,8 +153,7 @@ pub(crate) fn partial_tag(text: &str, tag: &str) -> usize {
 mod tests {
     use super::*;
 
-    /// `text` fed in two pieces split at every byte boundary (where it is a char boundary) and
-    /// byte by byte; every way must give `want`.
+    /// `text` fed in every chunking (`assert_any_chunking`) must give `want`.
     fn check(format: ReasoningFormat, inside: bool, text: &str, want: (&str, &str)) {
         let run = |pieces: &[&str]| {
             let mut p = ReasoningParser::new(format, inside);
@@ -171,16 +170,7 @@ mod tests {
             reasoning: want.0.into(),
             content: want.1.into(),
         };
-        for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
-            assert_eq!(
-                run(&[&text[..i], &text[i..]]),
-                want,
-                "split at {i} of {text:?}"
-            );
-        }
-        let chars: Vec<String> = text.chars().map(String::from).collect();
-        let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
-        assert_eq!(run(&refs), want, "char by char: {text:?}");
+        super::super::assert_any_chunking(text, &want, run);
     }
 
     #[test]

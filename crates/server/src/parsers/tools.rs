@@ -230,16 +230,7 @@ mod tests {
                 .collect(),
             want.2,
         );
-        for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
-            assert_eq!(
-                run(&[&text[..i], &text[i..]]),
-                want,
-                "split at {i} of {text:?}"
-            );
-        }
-        let chars: Vec<String> = text.chars().map(String::from).collect();
-        let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
-        assert_eq!(run(&refs), want, "char by char");
+        super::super::assert_any_chunking(text, &want, run);
     }
 
     #[test]
