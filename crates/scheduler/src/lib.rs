@@ -399,7 +399,7 @@ impl Scheduler {
                 seq.start_from(reuse);
             }
             let len = seq.pending().min(budget);
-            if reserve(seq, &self.pool, self.cache.as_mut(), len).is_err() {
+            if reserve_evicting(seq, &self.pool, self.cache.as_mut(), len).is_err() {
                 // Not now; it keeps no blocks while it waits.
                 seq.release();
                 break;
@@ -452,7 +452,8 @@ impl Scheduler {
     /// had to go.
     fn reserve(&mut self, i: usize, len: usize, plan: &mut StepPlan) -> bool {
         loop {
-            if reserve(&mut self.running[i], &self.pool, self.cache.as_mut(), len).is_ok() {
+            if reserve_evicting(&mut self.running[i], &self.pool, self.cache.as_mut(), len).is_ok()
+            {
                 return true;
             }
             let victim = self.running.len() - 1;
@@ -483,7 +484,7 @@ impl Scheduler {
         let Some(seq) = self.running.iter_mut().find(|s| s.id == id) else {
             return false;
         };
-        drafts > 0 && reserve(seq, &self.pool, self.cache.as_mut(), 1 + drafts).is_ok()
+        drafts > 0 && reserve_evicting(seq, &self.pool, self.cache.as_mut(), 1 + drafts).is_ok()
     }
 
     /// Adds speculative draft tokens to a decode of the plan: the sequence feeds its last token
@@ -502,7 +503,7 @@ impl Scheduler {
             return false;
         };
         if drafts.is_empty()
-            || reserve(seq, &self.pool, self.cache.as_mut(), 1 + drafts.len()).is_err()
+            || reserve_evicting(seq, &self.pool, self.cache.as_mut(), 1 + drafts.len()).is_err()
         {
             return false;
         }
@@ -566,7 +567,7 @@ impl Scheduler {
 
 /// Makes sure `seq` has slots for its next `len` tokens, evicting idle cached blocks if the
 /// pool is short.
-fn reserve(
+fn reserve_evicting(
     seq: &mut Sequence,
     pool: &BlockPool,
     cache: Option<&mut RadixCache>,
