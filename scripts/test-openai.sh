@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The official `openai` Python package against `specula serve` (scripts/openai_client_test.py).
-# Installs the package into target/pylib-openai on first use (pip --target: no virtualenv
-# needed), starts the server on a free loopback port, runs the checks, stops the server.
+# The official `openai` Python package against `specula serve` (scripts/openai_client_test.py,
+# scripts/openai_tools_test.py). Installs the package into target/pylib-openai on first use
+# (pip --target: no virtualenv needed), starts two servers on free loopback ports (the real
+# model with the tool-call and reasoning parsers on, and the same with its output scripted),
+# runs the checks, stops the servers.
 #
 # Usage: scripts/test-openai.sh      (after `cargo build --release`)
 set -euo pipefail
@@ -14,16 +16,30 @@ if ! PYTHONPATH="$lib" python3 -c "import openai" 2>/dev/null; then
         --target "$lib" "openai>=1.40"
 fi
 model=$(scripts/fetch-model.sh | tail -n1)
-log=target/openai-serve.log
-target/release/specula serve --port 0 --model-path "$model" --log-level warning >"$log" 2>&1 &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
-url=""
-for _ in $(seq 1 600); do
-    url=$(sed -n 's/^specula serve: ready on \(http[^ ]*\).*/\1/p' "$log")
-    [ -n "$url" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.2
-done
-[ -n "$url" ] || { echo "test-openai: the server did not become ready" >&2; cat "$log" >&2; exit 1; }
-PYTHONPATH="$lib" python3 scripts/openai_client_test.py "$url/v1"
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
+
+# Starts `specula serve` with the given flags; sets `url` to its base URL once it is ready.
+serve() {
+    local log=$1
+    shift
+    target/release/specula serve --port 0 --model-path "$model" --log-level warning \
+        --tool-call-parser hermes --reasoning-parser qwen3 "$@" >"$log" 2>&1 &
+    local pid=$!
+    pids+=("$pid")
+    url=""
+    for _ in $(seq 1 600); do
+        url=$(sed -n 's/^specula serve: ready on \(http[^ ]*\).*/\1/p' "$log")
+        [ -n "$url" ] && break
+        kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
+        sleep 0.2
+    done
+    [ -n "$url" ] || { echo "test-openai: the server did not become ready" >&2; cat "$log" >&2; exit 1; }
+}
+serve target/openai-serve.log
+real=$url
+serve target/openai-serve-scripted.log \
+    --scripted-output crates/specula/tests/fixtures/tool_script.json
+scripted=$url
+PYTHONPATH="$lib" python3 scripts/openai_client_test.py "$real/v1"
+PYTHONPATH="$lib" python3 scripts/openai_tools_test.py "$scripted/v1" "$real/v1"

@@ -323,6 +323,8 @@ fn whole_response(plan: &Plan, usage: bool) -> Response {
                 message: AssistantMessage {
                     role: "assistant".into(),
                     content: Some(text),
+                    reasoning_content: None,
+                    tool_calls: None,
                 },
                 finish_reason: Some(plan.finish.into()),
                 logprobs: None,
@@ -376,7 +378,7 @@ fn event(plan: &Plan, chunk: Chunk) -> Bytes {
                         Chunk::Role => Delta {
                             role: Some("assistant".into()),
                             content: Some(String::new()),
-                            reasoning_content: None,
+                            ..Delta::default()
                         },
                         Chunk::Text(text) => Delta {
                             content: Some(text),

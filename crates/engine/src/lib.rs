@@ -95,6 +95,9 @@ pub struct GenerateRequest {
     pub stop_token_ids: Vec<u32>,
     /// Log-probabilities to report: `None`, or `Some(n)` for the chosen token's and the top `n`.
     pub logprobs: Option<usize>,
+    /// Test-only scripted output (`specula serve --scripted-output`): these tokens are emitted
+    /// in place of sampled ones while the forward passes run as usual; empty for real requests.
+    pub scripted: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -298,7 +298,8 @@ impl Engine {
                 events,
             } => {
                 self.stats.add_prompt_tokens(request.prompt.len());
-                let sampler = Sampler::new(request.sampling.clone(), &request.prompt);
+                let sampler = Sampler::new(request.sampling.clone(), &request.prompt)
+                    .with_script(request.scripted.clone());
                 self.scheduler.add(id, request.prompt.clone());
                 self.active.insert(
                     id,

@@ -95,6 +95,10 @@ pub struct Sampler {
     prompt_tokens: Vec<u32>,
     output_counts: HashMap<u32, u32>,
     probs: Vec<(u32, f32)>,
+    /// Tokens emitted in place of sampled ones, in order (see [`Sampler::with_script`]).
+    script: Vec<u32>,
+    /// Script tokens emitted so far.
+    scripted: usize,
 }
 
 impl Sampler {
@@ -108,7 +112,26 @@ impl Sampler {
             prompt_tokens,
             output_counts: HashMap::new(),
             probs: Vec::new(),
+            script: Vec::new(),
+            scripted: 0,
         }
+    }
+
+    /// Scripted output, for tests of what lies around the model (parsers, the API): the next
+    /// `script.len()` tokens are these instead of sampled ones, then sampling goes on as usual.
+    /// Log-probabilities are still the model's, and verification accepts a draft exactly when it
+    /// is the scripted token.
+    pub fn with_script(mut self, script: Vec<u32>) -> Self {
+        self.script = script;
+        self.scripted = 0;
+        self
+    }
+
+    /// The scripted token for this position, if the script has not run out.
+    fn take_scripted(&mut self) -> Option<u32> {
+        let t = self.script.get(self.scripted).copied()?;
+        self.scripted += 1;
+        Some(t)
     }
 
     /// splitmix64: small, fast and good enough to draw one uniform number per token.
@@ -125,7 +148,9 @@ impl Sampler {
     /// with `logprobs: Some(n)`, also its log-probability and the `n` most likely tokens'.
     pub fn sample(&mut self, logits: &mut [f32], logprobs: Option<usize>) -> Sampled {
         self.apply_penalties(logits);
-        let token = if self.params.temperature < MIN_TEMPERATURE {
+        let token = if let Some(t) = self.take_scripted() {
+            t
+        } else if self.params.temperature < MIN_TEMPERATURE {
             argmax(logits)
         } else {
             self.draw(logits)
@@ -253,7 +278,7 @@ impl Sampler {
         drafts: &[u32],
         logprobs: Option<usize>,
     ) -> (Sampled, Option<usize>) {
-        if self.params.temperature < MIN_TEMPERATURE {
+        if self.params.temperature < MIN_TEMPERATURE || self.scripted < self.script.len() {
             let s = self.sample(logits, logprobs);
             let accepted = drafts.iter().position(|&d| d == s.token);
             return (s, accepted);
@@ -343,6 +368,33 @@ fn log_probs(logits: &[f32], n: usize) -> (Vec<(u32, f32)>, impl Fn(f32) -> f32)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_script_is_followed_then_sampling_resumes() {
+        let logits = vec![0.0, 5.0, 1.0, 0.5];
+        let mut s = Sampler::new(SamplingParams::default(), &[]).with_script(vec![3, 0]);
+        let first = s.sample(&mut logits.clone(), Some(1));
+        assert_eq!(first.token, 3);
+        // The model's own log-probability of the scripted token, and its top choice.
+        assert!(first.logprob.unwrap() < -4.0);
+        assert_eq!(first.top[0].0, 1);
+        // Verification accepts the draft that is the scripted token, and only that one.
+        assert_eq!(
+            s.verify(&mut logits.clone(), &[1, 0], None),
+            (s_tok(0), Some(1))
+        );
+        let mut greedy = Sampler::new(SamplingParams::greedy(), &[]).with_script(vec![2]);
+        assert_eq!(greedy.verify(&mut logits.clone(), &[1], None).1, None);
+        assert_eq!(greedy.sample(&mut logits.clone(), None).token, 1);
+    }
+
+    fn s_tok(token: u32) -> Sampled {
+        Sampled {
+            token,
+            logprob: None,
+            top: Vec::new(),
+        }
+    }
 
     fn logits() -> Vec<f32> {
         vec![1.0, 3.0, 2.0, 3.0, -1.0, 0.5]

@@ -80,7 +80,12 @@ fn the_model_template_and_its_tokens() {
         &TemplateCaps {
             supports_string_content: true,
             supports_typed_content: false,
-            supports_system_role: true
+            supports_system_role: true,
+            // Tools and calls it cannot show: the server describes them in text instead.
+            supports_tools: false,
+            supports_tool_calls: false,
+            supports_tool_responses: true,
+            requires_object_arguments: false,
         }
     );
     // The rendered prompt tokenizes with its control tokens as single ids.

@@ -1,17 +1,22 @@
 //! One request's generation: its choices submitted to the engine, their token events merged and
-//! turned into text (incremental detokenization, stop strings), timing metrics, and the request's
-//! log line. Dropping a `Generation` aborts whatever is still running.
+//! turned into output (incremental detokenization, stop strings, then the reasoning and tool-call
+//! parsers when the request has them), timing metrics, and the request's log line. Dropping a
+//! `Generation` aborts whatever is still running.
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::metrics::Outcome;
 use crate::params::GenParams;
+use crate::parsers::{
+    Output, OutputParser, ReasoningFormat, ReasoningParser, ToolFormat, ToolParser,
+};
 use crate::stop::StopText;
 use engine::{GenerateRequest, TokenEvent};
 use model::tokenizer::IncrementalDecoder;
 use protocol::Usage;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 use tokio::sync::mpsc;
 
@@ -23,13 +28,45 @@ pub struct TokenInfo {
     pub top: Vec<(u32, f32)>,
 }
 
+/// How each choice's text is parsed; the default parses nothing (all text is content).
+#[derive(Debug, Clone, Default)]
+pub struct ParseSpec {
+    /// The reasoning format, and whether the text starts inside the thought.
+    pub reasoning: Option<(ReasoningFormat, bool)>,
+    /// The tool-call format, the most calls a choice may make, and the functions it may call.
+    pub tools: Option<(ToolFormat, usize, Vec<String>)>,
+    /// Text the prompt ends with that the parsers read as the model's (the opening of a call
+    /// that `tool_choice` forces).
+    pub prefill: String,
+}
+
+impl ParseSpec {
+    fn parser(&self, id_seed: u64) -> OutputParser {
+        let mut p = OutputParser::new(
+            self.reasoning
+                .map(|(format, inside)| ReasoningParser::new(format, inside)),
+            self.tools.as_ref().map(|(format, max, names)| {
+                ToolParser::new(*format, id_seed)
+                    .with_max_calls(*max)
+                    .with_names(names.clone())
+            }),
+        );
+        if !self.prefill.is_empty() {
+            // An opening only: nothing comes out until the model completes the call.
+            let early = p.push(&self.prefill);
+            debug_assert!(early.is_empty(), "{early:?}");
+        }
+        p
+    }
+}
+
 /// What the client should see next.
 #[derive(Debug)]
 pub enum Update {
-    /// New text of choice `index` (possibly empty), and the tokens that produced it.
-    Text {
+    /// New output of choice `index` (possibly none), and the tokens that produced it.
+    Output {
         index: usize,
-        text: String,
+        pieces: Vec<Output>,
         tokens: Vec<TokenInfo>,
     },
     /// Choice `index` is complete.
@@ -42,6 +79,7 @@ struct Choice {
     engine_id: u64,
     decoder: IncrementalDecoder,
     stop: StopText,
+    parser: OutputParser,
     completion_tokens: usize,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
@@ -65,11 +103,13 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Submits `n` choices for each prompt (choice index = prompt index × n + j).
+    /// Submits `n` choices for each prompt (choice index = prompt index × n + j), their text
+    /// parsed as `parse` says.
     pub fn start(
         state: Arc<AppState>,
         prompts: Vec<Vec<u32>>,
         params: &GenParams,
+        parse: &ParseSpec,
         started: Instant,
     ) -> Result<Self, ApiError> {
         let engine = &state.model().engine;
@@ -86,6 +126,10 @@ impl Generation {
             let max_tokens = params
                 .max_tokens
                 .unwrap_or_else(|| limit.saturating_sub(prompt.len()).max(1));
+            let scripted = match &state.script {
+                Some(script) => script.reply_tokens(&state.model().tokenizer, &prompt)?,
+                None => Vec::new(),
+            };
             for j in 0..params.n {
                 let seed = match params.seed {
                     Some(s) => s.wrapping_add(j as u64),
@@ -101,6 +145,7 @@ impl Generation {
                     ignore_eos: params.ignore_eos,
                     stop_token_ids: params.stop_token_ids.clone(),
                     logprobs: params.logprobs,
+                    scripted: scripted.clone(),
                 };
                 let stream = engine.submit(request).map_err(|e| {
                     if matches!(e, engine::SubmitError::Overloaded(_)) {
@@ -112,10 +157,14 @@ impl Generation {
                     ApiError::from(e)
                 })?;
                 let index = choices.len();
+                let parser = parse.parser(seed ^ stream.id);
                 choices.push(Choice {
                     engine_id: stream.id,
-                    decoder: IncrementalDecoder::new(true),
+                    // The parsers' markup may be control tokens (`[TOOL_CALLS]`,
+                    // `<|python_tag|>`): with a parser on, they come out as text.
+                    decoder: IncrementalDecoder::new(!parser.is_active()),
                     stop: StopText::new(params.stop.clone()),
+                    parser,
                     completion_tokens: 0,
                     first_token: None,
                     last_token: None,
@@ -237,14 +286,18 @@ impl Generation {
                     }
                 };
                 let (text, stopped) = choice.stop.push(&piece);
-                self.queue.push_back(Update::Text {
+                let pieces = parse(&mut choice.parser, &text, &self.state);
+                let enough_calls = choice.parser.is_done();
+                let engine_id = choice.engine_id;
+                self.queue.push_back(Update::Output {
                     index,
-                    text,
+                    pieces,
                     tokens,
                 });
-                if stopped {
-                    // A stop string: end the engine's work on this choice now.
-                    self.state.model().engine.stop(choice.engine_id);
+                if stopped || enough_calls {
+                    // A stop string, or all the tool calls it may make: end the engine's work on
+                    // this choice now.
+                    self.state.model().engine.stop(engine_id);
                     self.finish_choice(index, "stop");
                 }
             }
@@ -265,10 +318,11 @@ impl Generation {
                 if !stopped {
                     rest.push_str(&choice.stop.finish());
                 }
-                if !rest.is_empty() {
-                    self.queue.push_back(Update::Text {
+                let pieces = parse(&mut choice.parser, &rest, &self.state);
+                if !pieces.is_empty() {
+                    self.queue.push_back(Update::Output {
                         index,
-                        text: rest,
+                        pieces,
                         tokens: Vec::new(),
                     });
                 }
@@ -283,7 +337,22 @@ impl Generation {
         }
     }
 
-    fn finish_choice(&mut self, index: usize, finish: &'static str) {
+    /// Ends choice `index`: what its parsers held back goes out, and a choice that called tools
+    /// and stopped finishes with `tool_calls`.
+    fn finish_choice(&mut self, index: usize, mut finish: &'static str) {
+        let choice = &mut self.choices[index];
+        let rest = choice.parser.finish();
+        let pieces = count(rest, &self.state);
+        if !pieces.is_empty() {
+            self.queue.push_back(Update::Output {
+                index,
+                pieces,
+                tokens: Vec::new(),
+            });
+        }
+        if finish == "stop" && choice.parser.tool_calls() > 0 {
+            finish = "tool_calls";
+        }
         self.choices[index].finish = Some(finish);
         self.queue.push_back(Update::Done { index, finish });
         if self.choices.iter().all(|c| c.finish.is_some()) {
@@ -339,6 +408,37 @@ impl Drop for Generation {
         // their engine streams, which aborts the choices still running.
         self.complete(Outcome::Abort);
     }
+}
+
+/// Text through a choice's parsers (all of it content when it has none).
+fn parse(parser: &mut OutputParser, text: &str, state: &AppState) -> Vec<Output> {
+    if !parser.is_active() {
+        return if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![Output::Content(text.to_string())]
+        };
+    }
+    count(parser.push(text), state)
+}
+
+/// Counts tool calls and malformed ones in the metrics; the malformed markers go no further.
+fn count(outputs: Vec<Output>, state: &AppState) -> Vec<Output> {
+    let m = &state.metrics;
+    outputs
+        .into_iter()
+        .filter(|o| match o {
+            Output::MalformedToolCall => {
+                m.tool_call_errors.fetch_add(1, Relaxed);
+                false
+            }
+            Output::ToolCall { .. } => {
+                m.tool_calls.fetch_add(1, Relaxed);
+                true
+            }
+            _ => true,
+        })
+        .collect()
 }
 
 /// Moves one choice's engine events into the merged channel until it ends or nobody listens.

@@ -1,11 +1,13 @@
 //! The OpenAI-compatible HTTP server over the engine: routes, validation, SSE streaming, errors
-//! with OpenAI's body, health, server info and Prometheus metrics.
+//! with OpenAI's body, tool calls and reasoning output, health, server info and Prometheus
+//! metrics.
 //!
 //! Requests are tokenized here (off the async threads) and handed to the engine through its
 //! handle; each response follows the engine's token events. A client that goes away drops its
 //! generation, which aborts the request in the engine within one step.
 
 mod body;
+mod chat;
 pub mod error;
 mod generate;
 pub mod metrics;
@@ -13,7 +15,9 @@ mod params;
 pub mod parsers;
 mod responses;
 mod routes;
+pub mod script;
 pub mod stop;
+mod tool_request;
 
 pub use error::ApiError;
 pub use routes::{probe, router};
@@ -22,6 +26,8 @@ use engine::EngineHandle;
 use metrics::ServerMetrics;
 use model::chat_template::ChatTemplate;
 use model::tokenizer::Tokenizer;
+use parsers::{ReasoningFormat, ToolFormat};
+use script::Script;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -54,6 +60,12 @@ pub struct AppState {
     pub metrics: ServerMetrics,
     /// Largest request body accepted, bytes.
     pub max_body_bytes: usize,
+    /// `--tool-call-parser`: requests with tools get their calls parsed out of the output.
+    pub tool_parser: Option<ToolFormat>,
+    /// `--reasoning-parser`: the thought goes to `reasoning_content`.
+    pub reasoning_parser: Option<ReasoningFormat>,
+    /// Test-only scripted model output (`--scripted-output`).
+    pub script: Option<Script>,
     phase: AtomicU8,
     created: u64,
 }
@@ -79,6 +91,9 @@ impl AppState {
             info,
             metrics: ServerMetrics::default(),
             max_body_bytes: 16 << 20,
+            tool_parser: None,
+            reasoning_parser: None,
+            script: None,
             phase: AtomicU8::new(Phase::Loading as u8),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

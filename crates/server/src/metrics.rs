@@ -77,6 +77,10 @@ pub struct ServerMetrics {
     finished: [AtomicU64; 4],
     pub rejected_overload: AtomicU64,
     pub rejected_invalid: AtomicU64,
+    /// Tool calls parsed out of model output.
+    pub tool_calls: AtomicU64,
+    /// Tool-call markup whose body was not a call (returned as content).
+    pub tool_call_errors: AtomicU64,
 }
 
 impl Default for ServerMetrics {
@@ -88,6 +92,8 @@ impl Default for ServerMetrics {
             finished: Default::default(),
             rejected_overload: AtomicU64::new(0),
             rejected_invalid: AtomicU64::new(0),
+            tool_calls: AtomicU64::new(0),
+            tool_call_errors: AtomicU64::new(0),
         }
     }
 }
@@ -176,6 +182,18 @@ impl ServerMetrics {
             "Requests refused at capacity (503).",
             "counter",
             self.rejected_overload.load(Relaxed) as f64,
+        );
+        gauge(
+            "tool_calls_total",
+            "Tool calls parsed out of model output (--tool-call-parser).",
+            "counter",
+            self.tool_calls.load(Relaxed) as f64,
+        );
+        gauge(
+            "tool_call_parse_errors_total",
+            "Tool-call markup whose body was not a valid call; its text went out as content.",
+            "counter",
+            self.tool_call_errors.load(Relaxed) as f64,
         );
         gauge(
             "spec_draft_tokens_total",

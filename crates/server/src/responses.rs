@@ -1,10 +1,11 @@
 //! OpenAI response and stream-chunk bodies, and log-probabilities in chat and completion shapes.
 
 use crate::generate::TokenInfo;
+use crate::parsers::Output;
 use model::tokenizer::Tokenizer;
 use protocol::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChunkChoice, Completion,
-    CompletionChoice, Delta, Usage,
+    CompletionChoice, Delta, FunctionCall, ToolCall, Usage,
 };
 use serde_json::{Value, json};
 
@@ -61,10 +62,48 @@ pub fn completion_logprobs(tok: &Tokenizer, tokens: &[TokenInfo], offset: usize)
     json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
 }
 
+/// One choice's whole output.
+#[derive(Debug, Default)]
 pub struct ChoiceResult {
-    pub text: String,
+    pub content: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
     pub finish: Option<&'static str>,
     pub tokens: Vec<TokenInfo>,
+}
+
+impl ChoiceResult {
+    pub fn add(&mut self, piece: Output) {
+        match piece {
+            Output::Content(c) => self.content.push_str(&c),
+            Output::Reasoning(r) => self.reasoning.push_str(&r),
+            Output::ToolCall { id, name, .. } => self.tool_calls.push(ToolCall {
+                id,
+                kind: "function".into(),
+                function: FunctionCall {
+                    name,
+                    arguments: String::new(),
+                },
+            }),
+            Output::ToolArguments { index, fragment } => {
+                if let Some(call) = self.tool_calls.get_mut(index) {
+                    call.function.arguments.push_str(&fragment);
+                }
+            }
+            Output::MalformedToolCall => {}
+        }
+    }
+
+    /// The assistant message: `content` is `null` when the message is only tool calls.
+    fn message(self) -> AssistantMessage {
+        let calls = !self.tool_calls.is_empty();
+        AssistantMessage {
+            role: "assistant".into(),
+            content: (!calls || !self.content.trim().is_empty()).then_some(self.content),
+            reasoning_content: (!self.reasoning.is_empty()).then_some(self.reasoning),
+            tool_calls: calls.then_some(self.tool_calls),
+        }
+    }
 }
 
 pub fn chat_completion(
@@ -85,12 +124,9 @@ pub fn chat_completion(
             .enumerate()
             .map(|(i, c)| ChatChoice {
                 index: i as u32,
-                message: AssistantMessage {
-                    role: "assistant".into(),
-                    content: Some(c.text),
-                },
                 finish_reason: c.finish.map(str::to_string),
                 logprobs: logprobs.then(|| json!({"content": chat_logprobs(tok, &c.tokens)})),
+                message: c.message(),
             })
             .collect(),
         usage: Some(usage),
@@ -116,7 +152,7 @@ pub fn completion(
             .map(|(i, c)| CompletionChoice {
                 index: i as u32,
                 logprobs: logprobs.then(|| completion_logprobs(tok, &c.tokens, 0)),
-                text: c.text,
+                text: c.content,
                 finish_reason: c.finish.map(str::to_string),
             })
             .collect(),

@@ -3,9 +3,11 @@
 //! error body.
 
 use crate::body::Body;
+use crate::chat::chat;
 use crate::error::ApiError;
-use crate::generate::{Generation, Update};
+use crate::generate::{Generation, ParseSpec, TokenInfo, Update};
 use crate::params::{self, GenParams};
+use crate::parsers::Output;
 use crate::responses::{self, ChoiceResult};
 use crate::{AppState, Phase};
 use axum::Router;
@@ -17,15 +19,14 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use model::chat_template::ChatOptions;
-use protocol::{ChatCompletionChunk, Delta, ModelCard, ModelList};
+use protocol::{ModelCard, ModelList};
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-type Shared = Arc<AppState>;
+pub(crate) type Shared = Arc<AppState>;
 
 /// The application's routes over `state`.
 pub fn router(state: Shared) -> Router {
@@ -93,7 +94,10 @@ async fn require_api_key(State(state): State<Shared>, req: Request, next: Next) 
 }
 
 /// The request body as a JSON object; a body over the limit is a 413 with an error body.
-fn read_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Body, ApiError> {
+pub(crate) fn read_body(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Body, ApiError> {
     if state.phase() != Phase::Ready {
         return Err(not_ready(state));
     }
@@ -131,7 +135,7 @@ fn not_ready(state: &AppState) -> ApiError {
 }
 
 /// Work that must not block the async threads (template rendering, tokenizing).
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
@@ -139,77 +143,12 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
 }
 
-async fn chat(
-    State(state): State<Shared>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let body = read_body(&state, body)?;
-    let params = params::parse(&body, true)?;
-    let messages = match body.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() => m.clone(),
-        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "`messages` is empty")),
-        Some(_) => return Err(ApiError::invalid("messages", "`messages` must be a list")),
-        None => return Err(ApiError::invalid("messages", "`messages` is required")),
-    };
-    let mut opts = ChatOptions::default();
-    if let Some(v) = body.bool("add_generation_prompt")? {
-        opts.add_generation_prompt = v;
-    }
-    match body.get("chat_template_kwargs") {
-        None => {}
-        Some(Value::Object(kw)) => opts.extra = kw.clone(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "chat_template_kwargs",
-                "`chat_template_kwargs` must be an object",
-            ));
-        }
-    }
-    let st = state.clone();
-    let prompt = blocking(move || {
-        let template = st
-            .model()
-            .template
-            .as_ref()
-            .ok_or_else(|| ApiError::bad_request("this model has no chat template"))?;
-        let text = template
-            .render(&messages, &opts)
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-        st.model()
-            .tokenizer
-            .encode(&text, true, true)
-            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
-    })
-    .await?;
-    check_length(&state, &prompt, &params)?;
-    let generation = Generation::start(state.clone(), vec![prompt], &params, started)?;
-    let id = format!("chatcmpl-{}", random_id());
-    if params.stream {
-        let format = ChatStream {
-            state,
-            id,
-            logprobs: params.logprobs.is_some(),
-        };
-        Ok(stream(generation, params.include_usage, format))
-    } else {
-        let n = generation.choices();
-        let (results, usage) = collect(generation, n).await?;
-        let model = state.served_model_name.clone();
-        let body = responses::chat_completion(
-            &id,
-            &model,
-            &state.model().tokenizer,
-            results,
-            usage,
-            params.logprobs.is_some(),
-        );
-        Ok(axum::Json(body).into_response())
-    }
-}
-
 /// A prompt that leaves no room for even one token is refused before anything is queued.
-fn check_length(state: &AppState, prompt: &[u32], params: &GenParams) -> Result<(), ApiError> {
+pub(crate) fn check_length(
+    state: &AppState,
+    prompt: &[u32],
+    params: &GenParams,
+) -> Result<(), ApiError> {
     let engine = &state.model().engine;
     let max_tokens = params.max_tokens.unwrap_or(1);
     engine.check(prompt.len(), max_tokens).map_err(|e| match e {
@@ -303,32 +242,50 @@ async fn completions(
             e
         })?;
     }
-    let generation = Generation::start(state.clone(), prompts, &params, started)?;
+    let generation = Generation::start(
+        state.clone(),
+        prompts,
+        &params,
+        &ParseSpec::default(),
+        started,
+    )?;
     let id = format!("cmpl-{}", random_id());
-    if params.stream {
-        let format = CompletionStream {
-            state,
-            id,
-            logprobs: params.logprobs.is_some(),
-            offsets: Vec::new(),
-        };
-        Ok(stream(generation, params.include_usage, format))
-    } else {
-        let n = generation.choices();
-        let (results, usage) = collect(generation, n).await?;
-        let body = responses::completion(
+    let format = CompletionStream {
+        state: state.clone(),
+        id: id.clone(),
+        logprobs: params.logprobs.is_some(),
+        offsets: Vec::new(),
+    };
+    respond(generation, &params, format, |results, usage| {
+        responses::completion(
             &id,
             &state.served_model_name,
             &state.model().tokenizer,
             results,
             usage,
             params.logprobs.is_some(),
-        );
-        Ok(axum::Json(body).into_response())
-    }
+        )
+    })
+    .await
 }
 
-fn random_id() -> String {
+/// The response to a generation: streamed in `format`, or collected whole and shaped by
+/// `whole`.
+pub(crate) async fn respond<B: serde::Serialize>(
+    generation: Generation,
+    params: &GenParams,
+    format: impl StreamFormat,
+    whole: impl FnOnce(Vec<ChoiceResult>, protocol::Usage) -> B,
+) -> Result<Response, ApiError> {
+    if params.stream {
+        return Ok(stream(generation, params.include_usage, format));
+    }
+    let n = generation.choices();
+    let (results, usage) = collect(generation, n).await?;
+    Ok(axum::Json(whole(results, usage)).into_response())
+}
+
+pub(crate) fn random_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
@@ -337,21 +294,17 @@ async fn collect(
     mut generation: Generation,
     n: usize,
 ) -> Result<(Vec<ChoiceResult>, protocol::Usage), ApiError> {
-    let mut results: Vec<ChoiceResult> = (0..n)
-        .map(|_| ChoiceResult {
-            text: String::new(),
-            finish: None,
-            tokens: Vec::new(),
-        })
-        .collect();
+    let mut results: Vec<ChoiceResult> = (0..n).map(|_| ChoiceResult::default()).collect();
     while let Some(update) = generation.next().await {
         match update {
-            Update::Text {
+            Update::Output {
                 index,
-                text,
+                pieces,
                 tokens,
             } => {
-                results[index].text.push_str(&text);
+                for piece in pieces {
+                    results[index].add(piece);
+                }
                 results[index].tokens.extend(tokens);
             }
             Update::Done { index, finish } => results[index].finish = Some(finish),
@@ -372,16 +325,16 @@ fn sse(rx: mpsc::Receiver<String>) -> Response {
     Sse::new(events).into_response()
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("response types serialise")
 }
 
 /// How an endpoint renders a streamed generation's events as `data:` payloads.
-trait StreamFormat: Send + 'static {
+pub(crate) trait StreamFormat: Send + 'static {
     /// Chunks before any text (chat: each choice's assistant role).
     fn opening(&mut self, choices: usize) -> Vec<String>;
-    fn text(&mut self, index: usize, text: String, tokens: &[crate::generate::TokenInfo])
-    -> String;
+    /// Chunks for new output of choice `index` and the tokens that made it.
+    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String>;
     fn done(&mut self, index: usize, finish: &str) -> String;
     /// The final chunk with `usage` and no choices.
     fn usage(&self, usage: protocol::Usage) -> String;
@@ -406,24 +359,23 @@ fn stream(
                 _ = tx.closed() => return,
                 u = generation.next() => u,
             };
-            let data = match update {
+            let chunks = match update {
                 None => break,
-                Some(Update::Text { text, tokens, .. }) if text.is_empty() && tokens.is_empty() => {
-                    continue;
-                }
-                Some(Update::Text {
+                Some(Update::Output {
                     index,
-                    text,
+                    pieces,
                     tokens,
-                }) => format.text(index, text, &tokens),
-                Some(Update::Done { index, finish }) => format.done(index, finish),
+                }) => format.output(index, pieces, &tokens),
+                Some(Update::Done { index, finish }) => vec![format.done(index, finish)],
                 Some(Update::Failed(e)) => {
                     let _ = tx.send(to_json(&e.body())).await;
                     return;
                 }
             };
-            if tx.send(data).await.is_err() {
-                return;
+            for data in chunks {
+                if tx.send(data).await.is_err() {
+                    return;
+                }
             }
         }
         if include_usage {
@@ -432,72 +384,6 @@ fn stream(
         let _ = tx.send("[DONE]".into()).await;
     });
     sse(rx)
-}
-
-struct ChatStream {
-    state: Shared,
-    id: String,
-    logprobs: bool,
-}
-
-impl StreamFormat for ChatStream {
-    fn opening(&mut self, choices: usize) -> Vec<String> {
-        (0..choices)
-            .map(|i| {
-                let delta = Delta {
-                    role: Some("assistant".into()),
-                    content: Some(String::new()),
-                    ..Delta::default()
-                };
-                let model = &self.state.served_model_name;
-                to_json(&responses::chat_chunk(
-                    &self.id, model, i, delta, None, None,
-                ))
-            })
-            .collect()
-    }
-
-    fn text(
-        &mut self,
-        index: usize,
-        text: String,
-        tokens: &[crate::generate::TokenInfo],
-    ) -> String {
-        let logprobs = self.logprobs.then(
-            || json!({"content": responses::chat_logprobs(&self.state.model().tokenizer, tokens)}),
-        );
-        let delta = Delta {
-            content: Some(text),
-            ..Delta::default()
-        };
-        let model = &self.state.served_model_name;
-        to_json(&responses::chat_chunk(
-            &self.id, model, index, delta, None, logprobs,
-        ))
-    }
-
-    fn done(&mut self, index: usize, finish: &str) -> String {
-        let model = &self.state.served_model_name;
-        to_json(&responses::chat_chunk(
-            &self.id,
-            model,
-            index,
-            Delta::default(),
-            Some(finish),
-            None,
-        ))
-    }
-
-    fn usage(&self, usage: protocol::Usage) -> String {
-        to_json(&ChatCompletionChunk {
-            id: self.id.clone(),
-            object: "chat.completion.chunk".into(),
-            created: responses::now_secs(),
-            model: self.state.served_model_name.clone(),
-            choices: Vec::new(),
-            usage: Some(usage),
-        })
-    }
 }
 
 struct CompletionStream {
@@ -514,21 +400,26 @@ impl StreamFormat for CompletionStream {
         Vec::new()
     }
 
-    fn text(
-        &mut self,
-        index: usize,
-        text: String,
-        tokens: &[crate::generate::TokenInfo],
-    ) -> String {
+    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String> {
+        let text: String = pieces
+            .into_iter()
+            .filter_map(|p| match p {
+                Output::Content(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if text.is_empty() && tokens.is_empty() {
+            return Vec::new();
+        }
         let tok = &self.state.model().tokenizer;
         let logprobs = self
             .logprobs
             .then(|| responses::completion_logprobs(tok, tokens, self.offsets[index]));
         self.offsets[index] += text.len();
         let model = &self.state.served_model_name;
-        to_json(&responses::completion_chunk(
+        vec![to_json(&responses::completion_chunk(
             &self.id, model, index, text, None, logprobs,
-        ))
+        ))]
     }
 
     fn done(&mut self, index: usize, finish: &str) -> String {
@@ -595,6 +486,7 @@ pub async fn probe(engine: &engine::EngineHandle, timeout: Duration) -> Result<(
         ignore_eos: true,
         stop_token_ids: Vec::new(),
         logprobs: None,
+        scripted: Vec::new(),
     };
     let mut stream = engine.submit(request).map_err(|e| e.to_string())?;
     let wait = async {

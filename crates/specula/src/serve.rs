@@ -112,6 +112,18 @@ pub struct ServeArgs {
     /// --enable-hierarchical-cache).
     #[arg(long)]
     pub hicache_storage_dir: Option<PathBuf>,
+    /// Parse tool calls out of the output of requests with `tools`: hermes (alias qwen25,
+    /// qwen), llama3, mistral, deepseekv3, kimi_k2 or pythonic [default: none, calls stay text].
+    #[arg(long)]
+    pub tool_call_parser: Option<String>,
+    /// Separate the thought into `reasoning_content`: deepseek-r1, qwen3 or kimi [default: none].
+    #[arg(long)]
+    pub reasoning_parser: Option<String>,
+    /// For tests only: a JSON file of rules `[{"when": "prompt text", "reply": "…"}]`; a
+    /// request whose prompt matches a rule gets that reply as the model's output (the forward
+    /// passes still run).
+    #[arg(long, hide = true)]
+    pub scripted_output: Option<PathBuf>,
     /// A TOML file with any of these settings.
     #[arg(long)]
     #[serde(skip)]
@@ -156,6 +168,15 @@ pub struct ServeConfig {
     /// The draft model of STANDALONE speculation.
     #[serde(skip)]
     pub speculative_draft_model_path: Option<PathBuf>,
+    /// `--tool-call-parser`, checked.
+    #[serde(skip)]
+    pub tool_call_parser: Option<server::parsers::ToolFormat>,
+    /// `--reasoning-parser`, checked.
+    #[serde(skip)]
+    pub reasoning_parser: Option<server::parsers::ReasoningFormat>,
+    /// `--scripted-output`, read.
+    #[serde(skip)]
+    pub script: Option<server::script::Script>,
 }
 
 impl ServeArgs {
@@ -216,8 +237,35 @@ impl ServeArgs {
             hicache_storage_dir: self.hicache_storage_dir.or(file.hicache_storage_dir),
             speculative: None,
             speculative_draft_model_path: None,
+            tool_call_parser: None,
+            reasoning_parser: None,
+            script: None,
         };
         let mut cfg = cfg;
+        if let Some(name) = self.tool_call_parser.or(file.tool_call_parser) {
+            cfg.tool_call_parser =
+                Some(server::parsers::ToolFormat::parse(&name).ok_or_else(|| {
+                    anyhow!(
+                        "--tool-call-parser {name}: use one of {}",
+                        server::parsers::ToolFormat::NAMES
+                    )
+                })?);
+        }
+        if let Some(name) = self.reasoning_parser.or(file.reasoning_parser) {
+            cfg.reasoning_parser = Some(
+                server::parsers::ReasoningFormat::parse(&name).ok_or_else(|| {
+                    anyhow!("--reasoning-parser {name}: use deepseek-r1, qwen3 or kimi")
+                })?,
+            );
+        }
+        if let Some(path) = self.scripted_output.or(file.scripted_output) {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            cfg.script = Some(
+                server::script::Script::parse(&text)
+                    .map_err(|e| anyhow!("--scripted-output {}: {e}", path.display()))?,
+            );
+        }
         if self.enable_hierarchical_cache || file.enable_hierarchical_cache {
             if cfg.disable_radix_cache {
                 anyhow::bail!(
@@ -392,7 +440,16 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
             "adaptive": spec.adaptive,
         }),
     };
-    let state = Arc::new(AppState::new(served.clone(), cfg.api_key.clone(), info));
+    info["tool_call_parser"] = cfg.tool_call_parser.map(|f| f.name()).into();
+    info["reasoning_parser"] = cfg.reasoning_parser.map(|f| f.name()).into();
+    let mut state = AppState::new(served.clone(), cfg.api_key.clone(), info);
+    state.tool_parser = cfg.tool_call_parser;
+    state.reasoning_parser = cfg.reasoning_parser;
+    state.script = cfg.script.clone();
+    if state.script.is_some() {
+        tracing::warn!("--scripted-output: replies come from the script, not the model");
+    }
+    let state = Arc::new(state);
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = server::router(state.clone());
     let server = tokio::spawn(async move {
@@ -603,5 +660,35 @@ mod tests {
         assert_eq!((cfg.port, cfg.max_queued_requests), (32000, 5));
         assert_eq!(cfg.max_running_requests, 64);
         assert!(toml::from_str::<ServeArgs>("no-such-key = 1").is_err());
+    }
+
+    #[test]
+    fn parser_flags_are_checked() {
+        let args = |tool: &str, reasoning: &str| ServeArgs {
+            tool_call_parser: Some(tool.into()),
+            reasoning_parser: Some(reasoning.into()),
+            ..ServeArgs::default()
+        };
+        let cfg = args("qwen25", "deepseek-r1").resolve().unwrap();
+        assert_eq!(
+            cfg.tool_call_parser,
+            Some(server::parsers::ToolFormat::Hermes)
+        );
+        assert_eq!(
+            cfg.reasoning_parser,
+            Some(server::parsers::ReasoningFormat::DeepseekR1)
+        );
+        let e = args("xml", "qwen3").resolve().unwrap_err().to_string();
+        assert!(
+            e.contains("--tool-call-parser xml") && e.contains("pythonic"),
+            "{e}"
+        );
+        let e = args("hermes", "o1").resolve().unwrap_err().to_string();
+        assert!(e.contains("--reasoning-parser o1"), "{e}");
+        let bad = ServeArgs {
+            scripted_output: Some("/nonexistent/script.json".into()),
+            ..ServeArgs::default()
+        };
+        assert!(bad.resolve().is_err());
     }
 }

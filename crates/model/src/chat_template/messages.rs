@@ -217,6 +217,31 @@ pub struct TemplateCaps {
     pub supports_string_content: bool,
     pub supports_typed_content: bool,
     pub supports_system_role: bool,
+    /// The template shows the `tools` it is given.
+    pub supports_tools: bool,
+    /// It shows an assistant message's `tool_calls`.
+    pub supports_tool_calls: bool,
+    /// It shows `tool` messages (tool results).
+    pub supports_tool_responses: bool,
+    /// It writes a call's `arguments` as JSON itself (`| tojson`), so they must reach it as an
+    /// object, not as the JSON text OpenAI sends.
+    pub requires_object_arguments: bool,
+}
+
+/// Tool calls' `arguments` as objects, for templates that serialise them (llama.cpp does the
+/// same); arguments that are not JSON stay as they are.
+pub fn object_arguments(messages: &mut [Json]) {
+    let calls = messages
+        .iter_mut()
+        .filter_map(|m| m.get_mut("tool_calls").and_then(Json::as_array_mut))
+        .flatten();
+    for call in calls {
+        if let Some(args) = call.pointer_mut("/function/arguments")
+            && let Some(parsed) = args.as_str().and_then(|s| serde_json::from_str(s).ok())
+        {
+            *args = parsed;
+        }
+    }
 }
 
 /// llama.cpp's `messages_inp_normalizer`: a template that takes only strings gets text parts
@@ -330,6 +355,10 @@ mod tests {
             supports_string_content: true,
             supports_typed_content: false,
             supports_system_role: false,
+            supports_tools: false,
+            supports_tool_calls: false,
+            supports_tool_responses: false,
+            requires_object_arguments: false,
         };
         let mut m = vec![
             json!({"role": "developer", "content": "sys"}),

@@ -124,6 +124,10 @@ impl ChatTemplate {
                 supports_string_content: true,
                 supports_typed_content: false,
                 supports_system_role: true,
+                supports_tools: false,
+                supports_tool_calls: false,
+                supports_tool_responses: false,
+                requires_object_arguments: false,
             },
         };
         t.caps = t.probe_caps();
@@ -190,6 +194,9 @@ impl ChatTemplate {
             add_generation_prompt = false;
         }
         let mut msgs: Vec<Json> = parsed.iter().map(messages::Message::to_json).collect();
+        if self.caps.requires_object_arguments {
+            messages::object_arguments(&mut msgs);
+        }
         messages::normalize_content(&mut msgs, &self.caps);
         messages::apply_workarounds(&mut msgs, &self.source, &self.caps)?;
 
@@ -275,12 +282,16 @@ impl ChatTemplate {
     }
 
     /// Renders small probe conversations to learn whether the template shows string content,
-    /// typed (list) content and a system message — llama.cpp's `caps_get` watches how its own
-    /// interpreter touches the values instead; the probes reach the same answers for templates
-    /// that use content as text, iterate over its parts, or drop the system message.
+    /// typed (list) content, a system message, tools, tool calls and tool results — llama.cpp's
+    /// `caps_get` watches how its own interpreter touches the values instead; the probes reach
+    /// the same answers for templates that use content as text, iterate over its parts, or drop
+    /// what they do not know.
     fn probe_caps(&self) -> TemplateCaps {
-        let probe = |messages: Json| {
-            let ctx = json!({"messages": messages, "bos_token": "", "eos_token": "", "add_generation_prompt": true});
+        let probe = |messages: Json, tools: Option<Json>| {
+            let mut ctx = json!({"messages": messages, "bos_token": "", "eos_token": "", "add_generation_prompt": true});
+            if let Some(tools) = tools {
+                ctx["tools"] = tools;
+            }
             self.render_context(&ctx).ok()
         };
         const MARK: &str = "PROBE_MARKER_7f3a";
@@ -291,18 +302,57 @@ impl ChatTemplate {
                     && !o.contains(&format!("'{MARK}'"))
             })
         };
-        let string = probe(json!([{"role": "user", "content": MARK}]));
-        let typed = probe(json!([{"role": "user", "content": [{"type": "text", "text": MARK}]}]));
-        let system = probe(json!([
-            {"role": "system", "content": MARK},
-            {"role": "user", "content": "User message"}
-        ]));
+        let string = probe(json!([{"role": "user", "content": MARK}]), None);
+        let typed = probe(
+            json!([{"role": "user", "content": [{"type": "text", "text": MARK}]}]),
+            None,
+        );
+        let system = probe(
+            json!([
+                {"role": "system", "content": MARK},
+                {"role": "user", "content": "User message"}
+            ]),
+            None,
+        );
         let supports_typed_content = shown(&typed);
+        let contains =
+            |out: &Option<String>, needle: &str| out.as_deref().is_some_and(|o| o.contains(needle));
+        const TOOL: &str = "probe_tool_7f3a";
+        // The call names another function, so that a template showing the tools list does not
+        // pass for one showing the call.
+        const CALL: &str = "probe_call_7f3a";
+        const RESULT: &str = "PROBE_RESULT_7f3a";
+        let tools = json!([{"type": "function", "function": {
+            "name": TOOL, "description": "", "parameters": {"type": "object", "properties": {}}}}]);
+        let with_tools = probe(
+            json!([{"role": "user", "content": "x"}]),
+            Some(tools.clone()),
+        );
+        // A call and its result; arguments once as JSON text (OpenAI's form), once as an object.
+        let conversation = |arguments: Json| {
+            json!([
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "call_probe", "type": "function",
+                    "function": {"name": CALL, "arguments": arguments}}]},
+                {"role": "tool", "tool_call_id": "call_probe", "content": RESULT},
+                {"role": "user", "content": "y"}
+            ])
+        };
+        let as_text = probe(
+            conversation(json!("{\"probe_arg\": 1}")),
+            Some(tools.clone()),
+        );
+        let as_object = probe(conversation(json!({"probe_arg": 1})), Some(tools));
         TemplateCaps {
             // A template that breaks on both keeps llama.cpp's default (strings).
             supports_string_content: string.is_some() || !supports_typed_content,
             supports_typed_content,
             supports_system_role: system.is_some_and(|o| o.contains(MARK)),
+            supports_tools: contains(&with_tools, TOOL),
+            supports_tool_calls: contains(&as_text, CALL) || contains(&as_object, CALL),
+            supports_tool_responses: contains(&as_text, RESULT) || contains(&as_object, RESULT),
+            requires_object_arguments: !contains(&as_text, "{\"probe_arg\": 1}")
+                && contains(&as_object, "probe_arg"),
         }
     }
 }

@@ -131,7 +131,11 @@ fn text_parts_are_joined_for_string_only_templates() {
         &TemplateCaps {
             supports_string_content: true,
             supports_typed_content: false,
-            supports_system_role: true
+            supports_system_role: true,
+            supports_tools: false,
+            supports_tool_calls: false,
+            supports_tool_responses: true,
+            requires_object_arguments: false,
         }
     );
     let parts = json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
@@ -248,4 +252,63 @@ fn dates_and_extra_variables() {
 fn shareable_across_threads() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<ChatTemplate>();
+}
+
+/// A Qwen 2.5-style template: tools in a system turn, calls written with `tojson`.
+const TOOLS_TEMPLATE: &str = r#"{%- if tools %}<|im_start|>system
+<tools>{% for tool in tools %}
+{{ tool | tojson }}{% endfor %}
+</tools><|im_end|>
+{% endif %}
+{%- for message in messages %}
+{%- if message.role == "assistant" and message.tool_calls %}<|im_start|>assistant
+{% for tc in message.tool_calls %}<tool_call>
+{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments | tojson }}}
+</tool_call>{% endfor %}<|im_end|>
+{% elif message.role == "tool" %}<|im_start|>user
+<tool_response>
+{{ message.content }}
+</tool_response><|im_end|>
+{% else %}<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif %}
+{%- endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"#;
+
+#[test]
+fn tool_support_is_probed() {
+    let caps = *tmpl(CHATML).caps();
+    assert!(!caps.supports_tools && !caps.supports_tool_calls);
+    assert!(caps.supports_tool_responses && !caps.requires_object_arguments);
+    let caps = *tmpl(TOOLS_TEMPLATE).caps();
+    assert!(caps.supports_tools && caps.supports_tool_calls && caps.supports_tool_responses);
+    assert!(caps.requires_object_arguments);
+}
+
+#[test]
+fn tool_calls_reach_a_template_that_serialises_arguments_as_objects() {
+    let t = tmpl(TOOLS_TEMPLATE);
+    let msgs = [
+        user("Weather?"),
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}),
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "22 C"}),
+    ];
+    let opts = ChatOptions {
+        tools: Some(json!([{"type": "function", "function": {"name": "get_weather"}}])),
+        ..ChatOptions::default()
+    };
+    let out = t.render(&msgs, &opts).unwrap();
+    assert!(
+        out.contains(r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#""name": "get_weather", "description": """#),
+        "{out}"
+    );
+    assert!(
+        out.contains("<tool_response>\n22 C\n</tool_response>"),
+        "{out}"
+    );
 }

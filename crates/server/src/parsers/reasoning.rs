@@ -37,9 +37,28 @@ impl ReasoningFormat {
         }
     }
 
-    /// Whether the text starts inside the thought by default (the template opened it).
-    pub fn starts_inside(self) -> bool {
-        matches!(self, Self::DeepseekR1)
+    /// Whether the model's text starts inside the thought, after `prompt`: inside when the
+    /// prompt ends with the start tag (the template opened the thought), outside when it ends
+    /// with the end tag (the template closed an empty one, as Qwen3's does with thinking off);
+    /// otherwise DeepSeek-R1 starts inside (its models may leave the start tag out) unless
+    /// thinking is turned off (`chat_template_kwargs.enable_thinking: false`).
+    pub fn starts_inside(self, prompt: &str, enable_thinking: Option<bool>) -> bool {
+        let (start, end) = self.tags();
+        let tail = prompt.trim_end();
+        if tail.ends_with(end) {
+            return false;
+        }
+        tail.ends_with(start)
+            || (matches!(self, Self::DeepseekR1) && enable_thinking != Some(false))
+    }
+
+    /// The `--reasoning-parser` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::DeepseekR1 => "deepseek-r1",
+            Self::Qwen3 => "qwen3",
+            Self::Kimi => "kimi",
+        }
     }
 }
 
@@ -206,5 +225,19 @@ mod tests {
             Some(ReasoningFormat::Qwen3)
         );
         assert_eq!(ReasoningFormat::parse("nope"), None);
+    }
+
+    #[test]
+    fn the_prompt_says_whether_the_thought_is_open() {
+        use ReasoningFormat::*;
+        assert!(Qwen3.starts_inside("<|im_start|>assistant\n<think>\n", None));
+        assert!(!Qwen3.starts_inside("<|im_start|>assistant\n", None));
+        assert!(!Qwen3.starts_inside("assistant\n<think>\n\n</think>\n\n", Some(false)));
+        assert!(DeepseekR1.starts_inside("<｜Assistant｜>", None));
+        assert!(!DeepseekR1.starts_inside("<｜Assistant｜>", Some(false)));
+        assert!(Kimi.starts_inside("x◁think▷", None));
+        for f in [Qwen3, DeepseekR1, Kimi] {
+            assert_eq!(ReasoningFormat::parse(f.name()), Some(f));
+        }
     }
 }

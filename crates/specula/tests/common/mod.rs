@@ -1,6 +1,8 @@
 //! Helpers shared by the binary's end-to-end tests.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::PathBuf;
 
 /// The default model, as scripts/fetch-model.sh caches it (or `SPECULA_MODEL`).

@@ -1,0 +1,239 @@
+//! `POST /v1/chat/completions`: messages (and tools) through the chat template, the generation,
+//! and the output through the reasoning and tool-call parsers into OpenAI's message or stream
+//! deltas (`reasoning_content`, `tool_calls`).
+
+use crate::error::ApiError;
+use crate::generate::{Generation, ParseSpec, TokenInfo};
+use crate::params;
+use crate::parsers::{Output, ToolFormat};
+use crate::responses;
+use crate::routes::{
+    Shared, StreamFormat, blocking, check_length, random_id, read_body, respond, to_json,
+};
+use crate::tool_request::ToolRequest;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::response::Response;
+use model::chat_template::ChatOptions;
+use protocol::{ChatCompletionChunk, Delta, FunctionCallDelta, ToolCallDelta};
+use serde_json::{Value, json};
+use std::time::Instant;
+
+pub(crate) async fn chat(
+    State(state): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let body = read_body(&state, body)?;
+    let params = params::parse(&body, true)?;
+    let mut messages = match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => m.clone(),
+        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "`messages` is empty")),
+        Some(_) => return Err(ApiError::invalid("messages", "`messages` must be a list")),
+        None => return Err(ApiError::invalid("messages", "`messages` is required")),
+    };
+    let mut opts = ChatOptions::default();
+    if let Some(v) = body.bool("add_generation_prompt")? {
+        opts.add_generation_prompt = v;
+    }
+    match body.get("chat_template_kwargs") {
+        None => {}
+        Some(Value::Object(kw)) => opts.extra = kw.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "`chat_template_kwargs` must be an object",
+            ));
+        }
+    }
+    let enable_thinking = match opts.extra.get("enable_thinking") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "`chat_template_kwargs.enable_thinking` must be a boolean",
+            ));
+        }
+    };
+    let separate_reasoning = body.bool("separate_reasoning")?.unwrap_or(true);
+    let tools = ToolRequest::parse(&body)?;
+    if tools.forced().is_some() && state.tool_parser.is_none() {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "`tool_choice` required or a named function needs the server started with --tool-call-parser",
+        ));
+    }
+    // Without a parser, a template that cannot take tools still gets them, in Hermes' syntax.
+    let format = state.tool_parser.unwrap_or(ToolFormat::Hermes);
+    let opening = tools
+        .forced()
+        .map(|name| format.forced_opening(name))
+        .unwrap_or_default();
+    let st = state.clone();
+    let prefill = opening.clone();
+    let tools_for_prompt = tools.clone();
+    let (prompt, text) = blocking(move || {
+        let template = st
+            .model()
+            .template
+            .as_ref()
+            .ok_or_else(|| ApiError::bad_request("this model has no chat template"))?;
+        opts.tools = tools_for_prompt.adapt(&mut messages, template.caps(), format);
+        let mut text = template
+            .render(&messages, &opts)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        text.push_str(&prefill);
+        let ids = st
+            .model()
+            .tokenizer
+            .encode(&text, true, true)
+            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))?;
+        Ok((ids, text))
+    })
+    .await?;
+    check_length(&state, &prompt, &params)?;
+    let parse = ParseSpec {
+        // A forced call's opening ends the prompt: no thought comes before it.
+        reasoning: state
+            .reasoning_parser
+            .filter(|_| separate_reasoning && opening.is_empty())
+            .map(|f| (f, f.starts_inside(&text, enable_thinking))),
+        tools: state.tool_parser.filter(|_| tools.offered()).map(|f| {
+            let most = if tools.parallel { usize::MAX } else { 1 };
+            (f, most, tools.names())
+        }),
+        prefill: opening,
+    };
+    let generation = Generation::start(state.clone(), vec![prompt], &params, &parse, started)?;
+    let id = format!("chatcmpl-{}", random_id());
+    let format = ChatStream {
+        state: state.clone(),
+        id: id.clone(),
+        logprobs: params.logprobs.is_some(),
+    };
+    respond(generation, &params, format, |results, usage| {
+        responses::chat_completion(
+            &id,
+            &state.served_model_name,
+            &state.model().tokenizer,
+            results,
+            usage,
+            params.logprobs.is_some(),
+        )
+    })
+    .await
+}
+
+struct ChatStream {
+    state: Shared,
+    id: String,
+    logprobs: bool,
+}
+
+impl ChatStream {
+    fn chunk(&self, index: usize, delta: Delta, logprobs: Option<Value>) -> String {
+        let model = &self.state.served_model_name;
+        to_json(&responses::chat_chunk(
+            &self.id, model, index, delta, None, logprobs,
+        ))
+    }
+}
+
+/// The delta of one piece of output: a tool call's first delta carries its id, type and name
+/// (and empty arguments), later ones its argument text.
+fn delta_of(piece: Output) -> Option<Delta> {
+    let call = |index: usize, id: Option<String>, function: FunctionCallDelta| Delta {
+        tool_calls: Some(vec![ToolCallDelta {
+            index: index as u32,
+            kind: id.as_ref().map(|_| "function".to_string()),
+            id,
+            function: Some(function),
+        }]),
+        ..Delta::default()
+    };
+    Some(match piece {
+        Output::Content(c) => Delta {
+            content: Some(c),
+            ..Delta::default()
+        },
+        Output::Reasoning(r) => Delta {
+            reasoning_content: Some(r),
+            ..Delta::default()
+        },
+        Output::ToolCall { index, id, name } => call(
+            index,
+            Some(id),
+            FunctionCallDelta {
+                name: Some(name),
+                arguments: Some(String::new()),
+            },
+        ),
+        Output::ToolArguments { index, fragment } => call(
+            index,
+            None,
+            FunctionCallDelta {
+                name: None,
+                arguments: Some(fragment),
+            },
+        ),
+        Output::MalformedToolCall => return None,
+    })
+}
+
+impl StreamFormat for ChatStream {
+    fn opening(&mut self, choices: usize) -> Vec<String> {
+        (0..choices)
+            .map(|i| {
+                let delta = Delta {
+                    role: Some("assistant".into()),
+                    content: Some(String::new()),
+                    ..Delta::default()
+                };
+                self.chunk(i, delta, None)
+            })
+            .collect()
+    }
+
+    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String> {
+        let mut logprobs = (self.logprobs && !tokens.is_empty()).then(
+            || json!({"content": responses::chat_logprobs(&self.state.model().tokenizer, tokens)}),
+        );
+        let mut deltas: Vec<Delta> = pieces.into_iter().filter_map(delta_of).collect();
+        if deltas.is_empty() && logprobs.is_some() {
+            // Tokens whose text the parsers hold back still report their log-probabilities.
+            deltas.push(Delta {
+                content: Some(String::new()),
+                ..Delta::default()
+            });
+        }
+        deltas
+            .into_iter()
+            .map(|d| self.chunk(index, d, logprobs.take()))
+            .collect()
+    }
+
+    fn done(&mut self, index: usize, finish: &str) -> String {
+        let model = &self.state.served_model_name;
+        to_json(&responses::chat_chunk(
+            &self.id,
+            model,
+            index,
+            Delta::default(),
+            Some(finish),
+            None,
+        ))
+    }
+
+    fn usage(&self, usage: protocol::Usage) -> String {
+        to_json(&ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk".into(),
+            created: responses::now_secs(),
+            model: self.state.served_model_name.clone(),
+            choices: Vec::new(),
+            usage: Some(usage),
+        })
+    }
+}

@@ -1,0 +1,423 @@
+//! The tool side of a chat request: `tools`, `tool_choice` and `parallel_tool_calls` checked with
+//! OpenAI's rules, and the conversation adapted to what the model's chat template can show.
+//!
+//! A template that takes `tools` gets them (in llama.cpp's shape). One that cannot show them
+//! (SmolLM2's, for one) gets them described in the system message instead, with the call syntax
+//! of the server's tool-call format. Likewise the history: assistant `tool_calls` a template
+//! cannot show are written into the message's text in the same syntax, and `tool` results it
+//! cannot show become user messages in `<tool_response>` tags. `tool_choice` `required` or a
+//! named function is kept by ending the prompt with the opening of a call (there is no
+//! grammar-constrained decoding: the arguments are the model's own).
+
+use crate::body::Body;
+use crate::error::ApiError;
+use crate::parsers::ToolFormat;
+use model::chat_template::TemplateCaps;
+use serde_json::{Value, json};
+
+/// `tool_choice`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model may not call tools: they are not in the prompt and output is not parsed.
+    None,
+    Auto,
+    /// At least one call.
+    Required,
+    /// A call of this function.
+    Function(String),
+}
+
+/// A request's tools.
+#[derive(Debug, Clone)]
+pub struct ToolRequest {
+    /// The request's `tools`, checked (`{"type": "function", "function": {"name", …}}`).
+    pub tools: Vec<Value>,
+    pub choice: ToolChoice,
+    /// `parallel_tool_calls` (default true): false allows one call.
+    pub parallel: bool,
+}
+
+impl ToolRequest {
+    pub fn parse(body: &Body) -> Result<Self, ApiError> {
+        let tools = match body.get("tools") {
+            None => Vec::new(),
+            Some(Value::Array(list)) => list
+                .iter()
+                .enumerate()
+                .map(|(i, t)| check_tool(i, t).map(|()| t.clone()))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(ApiError::invalid("tools", "`tools` must be a list")),
+        };
+        let names: Vec<&str> = tools.iter().filter_map(tool_name).collect();
+        let choice = match body.get("tool_choice") {
+            None if tools.is_empty() => ToolChoice::None,
+            None => ToolChoice::Auto,
+            Some(Value::String(s)) => match s.as_str() {
+                "none" => ToolChoice::None,
+                "auto" => ToolChoice::Auto,
+                "required" => ToolChoice::Required,
+                other => {
+                    return Err(ApiError::invalid(
+                        "tool_choice",
+                        format!(
+                            "`tool_choice` must be none, auto, required or {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, got `{other}`"
+                        ),
+                    ));
+                }
+            },
+            Some(v @ Value::Object(_)) => {
+                let name = v
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .filter(|_| v.get("type").and_then(Value::as_str) == Some("function"))
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "tool_choice",
+                            "a named `tool_choice` is {\"type\": \"function\", \"function\": {\"name\": …}}",
+                        )
+                    })?;
+                if !names.contains(&name) {
+                    return Err(ApiError::invalid(
+                        "tool_choice",
+                        format!("`tool_choice` names `{name}`, which is not in `tools`"),
+                    ));
+                }
+                ToolChoice::Function(name.to_string())
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    "`tool_choice` must be a string or an object",
+                ));
+            }
+        };
+        if tools.is_empty() && choice == ToolChoice::Required {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "`tool_choice` is `required` but the request has no `tools`",
+            ));
+        }
+        Ok(Self {
+            tools,
+            choice,
+            parallel: body.bool("parallel_tool_calls")?.unwrap_or(true),
+        })
+    }
+
+    /// The functions offered.
+    pub fn names(&self) -> Vec<String> {
+        self.tools
+            .iter()
+            .filter_map(tool_name)
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Whether the model is offered tools (and its output parsed for calls).
+    pub fn offered(&self) -> bool {
+        !self.tools.is_empty() && self.choice != ToolChoice::None
+    }
+
+    /// With `required` or a named function: the call the prompt opens (`Some(None)`: any
+    /// function).
+    pub fn forced(&self) -> Option<Option<&str>> {
+        match &self.choice {
+            ToolChoice::Required => Some(None),
+            ToolChoice::Function(name) => Some(Some(name)),
+            ToolChoice::None | ToolChoice::Auto => None,
+        }
+    }
+
+    /// Adapts `messages` to the template (see the module docs) and returns the tools to hand
+    /// it, if it takes them. `format` writes calls for templates that cannot show them.
+    pub fn adapt(
+        &self,
+        messages: &mut Vec<Value>,
+        caps: &TemplateCaps,
+        format: ToolFormat,
+    ) -> Option<Value> {
+        if !caps.supports_tool_calls {
+            for m in messages.iter_mut() {
+                write_calls_into_content(m, format);
+            }
+        }
+        if !caps.supports_tool_responses {
+            for m in messages.iter_mut() {
+                if m.get("role").and_then(Value::as_str) == Some("tool") {
+                    let text = text_of(m.get("content"));
+                    *m = json!({"role": "user", "content": format!("<tool_response>\n{text}\n</tool_response>")});
+                }
+            }
+        }
+        if !self.offered() {
+            return None;
+        }
+        if caps.supports_tools {
+            return Some(Value::Array(self.tools.clone()));
+        }
+        let prompt = self.system_prompt(format);
+        match messages.first_mut() {
+            Some(first) if first.get("role").and_then(Value::as_str) == Some("system") => {
+                let text = text_of(first.get("content"));
+                first["content"] = Value::String(format!("{text}\n\n{prompt}"));
+            }
+            _ => messages.insert(0, json!({"role": "system", "content": prompt})),
+        }
+        None
+    }
+
+    /// The tools described for a template that cannot take them.
+    fn system_prompt(&self, format: ToolFormat) -> String {
+        let listed: Vec<String> = self
+            .tools
+            .iter()
+            .filter_map(|t| t.get("function").map(Value::to_string))
+            .collect();
+        let example = format.write_calls(&[("function_name", &json!({"argument_name": "value"}))]);
+        let rule = match &self.choice {
+            ToolChoice::Required => "You must call at least one tool now.".to_string(),
+            ToolChoice::Function(name) => format!("Call the tool `{name}` now."),
+            _ => "Call a tool only when it helps to answer.".to_string(),
+        };
+        let one = if self.parallel {
+            ""
+        } else {
+            " Call one tool at a time."
+        };
+        format!(
+            "# Tools\n\nYou can call these tools (functions), each described by a JSON object:\n{}\n\nTo call a tool, write the call exactly in this form:\n{example}\n\n{rule}{one} A tool's result comes back to you in a message from the tool.",
+            listed.join("\n")
+        )
+    }
+}
+
+/// OpenAI's rule for function names.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn tool_name(tool: &Value) -> Option<&str> {
+    tool.pointer("/function/name").and_then(Value::as_str)
+}
+
+fn check_tool(i: usize, tool: &Value) -> Result<(), ApiError> {
+    let bad = |what: &str| ApiError::invalid("tools", format!("`tools[{i}]`: {what}"));
+    if tool.get("type").and_then(Value::as_str) != Some("function") {
+        return Err(bad("`type` must be `function`"));
+    }
+    let f = tool
+        .get("function")
+        .filter(|f| f.is_object())
+        .ok_or_else(|| bad("`function` must be an object"))?;
+    match f.get("name") {
+        Some(Value::String(n)) if valid_name(n) => {}
+        Some(Value::String(n)) => {
+            return Err(bad(&format!(
+                "the name `{n}` must be 1 to 64 letters, digits, `_` or `-`"
+            )));
+        }
+        _ => return Err(bad("`function.name` is required")),
+    }
+    match f.get("parameters") {
+        None | Some(Value::Null | Value::Object(_)) => {}
+        Some(_) => return Err(bad("`function.parameters` must be a JSON schema object")),
+    }
+    match f.get("description") {
+        None | Some(Value::Null | Value::String(_)) => Ok(()),
+        Some(_) => Err(bad("`function.description` must be a string")),
+    }
+}
+
+/// A message's text (string content, or its text parts joined).
+fn text_of(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// An assistant message's `tool_calls` written after its text, the way the model writes them.
+/// Calls that are not well formed are left for the template's validation to report.
+fn write_calls_into_content(message: &mut Value, format: ToolFormat) {
+    let Some(list) = message.get("tool_calls").and_then(Value::as_array) else {
+        return;
+    };
+    let calls: Option<Vec<(String, Value)>> = list
+        .iter()
+        .map(|c| {
+            let f = c.get("function")?;
+            let name = f.get("name")?.as_str()?.to_string();
+            let args = match f.get("arguments")? {
+                Value::String(s) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+                other => other.clone(),
+            };
+            Some((name, args))
+        })
+        .collect();
+    let Some(calls) = calls.filter(|c| !c.is_empty()) else {
+        return;
+    };
+    let refs: Vec<(&str, &Value)> = calls.iter().map(|(n, a)| (n.as_str(), a)).collect();
+    let text = text_of(message.get("content"));
+    let written = format.write_calls(&refs);
+    message["content"] = Value::String(if text.is_empty() {
+        written
+    } else {
+        format!("{text}\n{written}")
+    });
+    if let Some(m) = message.as_object_mut() {
+        m.remove("tool_calls");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(json: Value) -> Result<ToolRequest, ApiError> {
+        ToolRequest::parse(&Body::parse(json.to_string().as_bytes()).unwrap())
+    }
+
+    fn weather() -> Value {
+        json!({"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})
+    }
+
+    #[test]
+    fn tool_choice_forms_and_their_errors() {
+        let r = request(json!({"tools": [weather()]})).unwrap();
+        assert_eq!(
+            (r.choice.clone(), r.parallel, r.offered()),
+            (ToolChoice::Auto, true, true)
+        );
+        assert_eq!(r.forced(), None);
+        let r = request(json!({"tools": [weather()], "tool_choice": "none"})).unwrap();
+        assert!(!r.offered());
+        let r = request(
+            json!({"tools": [weather()], "tool_choice": "required", "parallel_tool_calls": false}),
+        )
+        .unwrap();
+        assert_eq!((r.forced(), r.parallel), (Some(None), false));
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        let r = request(json!({"tools": [weather()], "tool_choice": named})).unwrap();
+        assert_eq!(r.forced(), Some(Some("get_weather")));
+        assert!(!request(json!({})).unwrap().offered());
+        for (body, param) in [
+            (json!({"tools": {}}), "tools"),
+            (json!({"tools": [{"type": "function"}]}), "tools"),
+            (
+                json!({"tools": [{"type": "code", "function": {"name": "x"}}]}),
+                "tools",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "a b"}}]}),
+                "tools",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "a", "parameters": 3}}]}),
+                "tools",
+            ),
+            (json!({"tool_choice": "required"}), "tool_choice"),
+            (
+                json!({"tools": [weather()], "tool_choice": "always"}),
+                "tool_choice",
+            ),
+            (
+                json!({"tools": [weather()], "tool_choice": {"type": "function", "function": {"name": "other"}}}),
+                "tool_choice",
+            ),
+            (
+                json!({"tools": [weather()], "tool_choice": 1}),
+                "tool_choice",
+            ),
+            (
+                json!({"tools": [weather()], "parallel_tool_calls": "no"}),
+                "parallel_tool_calls",
+            ),
+        ] {
+            let e = request(body.clone()).unwrap_err();
+            assert_eq!(
+                (e.status.as_u16(), e.param.as_deref()),
+                (400, Some(param)),
+                "{body}"
+            );
+        }
+    }
+
+    fn caps(tools: bool) -> TemplateCaps {
+        TemplateCaps {
+            supports_string_content: true,
+            supports_typed_content: false,
+            supports_system_role: true,
+            supports_tools: tools,
+            supports_tool_calls: tools,
+            supports_tool_responses: tools,
+            requires_object_arguments: false,
+        }
+    }
+
+    #[test]
+    fn a_template_without_tools_gets_them_in_the_system_message_and_calls_as_text() {
+        let r = request(json!({"tools": [weather()]})).unwrap();
+        let history = vec![
+            json!({"role": "user", "content": "Weather in Paris?"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "call_1", "content": "22 C"}),
+        ];
+        let mut m = history.clone();
+        assert_eq!(r.adapt(&mut m, &caps(false), ToolFormat::Hermes), None);
+        assert_eq!(m.len(), 4);
+        let system = m[0]["content"].as_str().unwrap();
+        assert!(
+            system.contains(r#"{"name":"get_weather","description":"Weather.""#),
+            "{system}"
+        );
+        assert!(
+            system.contains("<tool_call>\n{\"name\":\"function_name\""),
+            "{system}"
+        );
+        assert_eq!(
+            m[2],
+            json!({"role": "assistant", "content": "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>"})
+        );
+        assert_eq!(
+            m[3],
+            json!({"role": "user", "content": "<tool_response>\n22 C\n</tool_response>"})
+        );
+        // A system message of the request's own keeps its text first.
+        let mut m = vec![
+            json!({"role": "system", "content": "Be brief."}),
+            history[0].clone(),
+        ];
+        r.adapt(&mut m, &caps(false), ToolFormat::Pythonic);
+        let system = m[0]["content"].as_str().unwrap();
+        assert!(
+            system.starts_with("Be brief.\n\n# Tools")
+                && system.contains("[function_name(argument_name=\"value\")]"),
+            "{system}"
+        );
+        // Calls that are not well formed stay for the template's validation to name.
+        let broken = vec![json!({"role": "assistant", "tool_calls": [{"type": "function"}]})];
+        let mut m = broken.clone();
+        request(json!({}))
+            .unwrap()
+            .adapt(&mut m, &caps(false), ToolFormat::Hermes);
+        assert_eq!(m, broken);
+        // A template that takes tools gets them and the history as it is.
+        let mut m = history.clone();
+        assert_eq!(
+            r.adapt(&mut m, &caps(true), ToolFormat::Hermes),
+            Some(json!([weather()]))
+        );
+        assert_eq!(m, history);
+    }
+}
