@@ -10,7 +10,7 @@ use crate::responses;
 use crate::routes::{
     Shared, StreamFormat, blocking, check_length, random_id, read_body, respond, to_json,
 };
-use crate::tool_request::ToolRequest;
+use crate::tool_request::{self, ToolRequest};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -59,6 +59,7 @@ pub(crate) async fn chat(
     };
     let separate_reasoning = body.bool("separate_reasoning")?.unwrap_or(true);
     let tools = ToolRequest::parse(&body)?;
+    tool_request::check_history(&messages)?;
     if tools.forced().is_some() && state.tool_parser.is_none() {
         return Err(ApiError::invalid(
             "tool_choice",

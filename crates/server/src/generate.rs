@@ -157,12 +157,13 @@ impl Generation {
                     ApiError::from(e)
                 })?;
                 let index = choices.len();
-                let parser = parse.parser(seed ^ stream.id);
+                // Call ids need only be unique, not reproducible.
+                let parser = parse.parser(rand::random());
                 choices.push(Choice {
                     engine_id: stream.id,
-                    // The parsers' markup may be control tokens (`[TOOL_CALLS]`,
-                    // `<|python_tag|>`): with a parser on, they come out as text.
-                    decoder: IncrementalDecoder::new(!parser.is_active()),
+                    // Tool-call markup may be control tokens (`[TOOL_CALLS]`,
+                    // `<|python_tag|>`): with the tool parser on, they come out as text.
+                    decoder: IncrementalDecoder::new(!parser.has_tools()),
                     stop: StopText::new(params.stop.clone()),
                     parser,
                     completion_tokens: 0,

@@ -49,6 +49,16 @@ impl ToolRequest {
             Some(_) => return Err(ApiError::invalid("tools", "`tools` must be a list")),
         };
         let names: Vec<&str> = tools.iter().filter_map(tool_name).collect();
+        if let Some(dup) = names
+            .iter()
+            .enumerate()
+            .find_map(|(i, n)| names[..i].contains(n).then_some(n))
+        {
+            return Err(ApiError::invalid(
+                "tools",
+                format!("the function name `{dup}` is in `tools` twice"),
+            ));
+        }
         let choice = match body.get("tool_choice") {
             None if tools.is_empty() => ToolChoice::None,
             None => ToolChoice::Auto,
@@ -156,8 +166,9 @@ impl ToolRequest {
             return Some(Value::Array(self.tools.clone()));
         }
         let prompt = self.system_prompt(format);
+        let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
         match messages.first_mut() {
-            Some(first) if first.get("role").and_then(Value::as_str) == Some("system") => {
+            Some(first) if matches!(role(first).as_deref(), Some("system" | "developer")) => {
                 let text = text_of(first.get("content"));
                 first["content"] = Value::String(format!("{text}\n\n{prompt}"));
             }
@@ -189,6 +200,21 @@ impl ToolRequest {
             listed.join("\n")
         )
     }
+}
+
+/// OpenAI's rule for the history: a `tool` message answers a call, so it names the call's id.
+pub fn check_history(messages: &[Value]) -> Result<(), ApiError> {
+    for (i, m) in messages.iter().enumerate() {
+        if m.get("role").and_then(Value::as_str) == Some("tool")
+            && !m.get("tool_call_id").is_some_and(Value::is_string)
+        {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("`messages[{i}]` has role `tool` but no `tool_call_id` string"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// OpenAI's rule for function names.
@@ -350,6 +376,19 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn tool_results_name_their_call() {
+        let ok = [json!({"role": "tool", "tool_call_id": "call_1", "content": "1"})];
+        assert!(check_history(&ok).is_ok());
+        let e = check_history(&[
+            json!({"role": "user", "content": "x"}),
+            json!({"role": "tool", "content": "1"}),
+        ])
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        assert!(e.message.contains("messages[1]"), "{}", e.message);
     }
 
     fn caps(tools: bool) -> TemplateCaps {

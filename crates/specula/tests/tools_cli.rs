@@ -221,6 +221,10 @@ async fn scripted_tool_calls_and_reasoning_streamed_or_not() {
 
     // Bad tool requests are 400s naming the parameter.
     for (extra, param) in [
+        (
+            json!({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "1"}]}),
+            "messages",
+        ),
         (json!({"tools": "get_weather"}), "tools"),
         (
             json!({"tools": [{"type": "function", "function": {"name": "bad name"}}]}),
@@ -260,8 +264,10 @@ async fn the_real_model_with_tools_and_both_parsers_answers_streamed_or_not() {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    assert_eq!(finish == "tool_calls", !calls.is_empty(), "{r}");
+    // tool_calls means calls; calls can also end with `length` (max_tokens after a call).
+    assert!(finish != "tool_calls" || !calls.is_empty(), "{r}");
     for c in &calls {
+        assert!(["get_weather", "get_time"].contains(&c["function"]["name"].as_str().unwrap()));
         let args: Value =
             serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap();
         assert!(args.is_object(), "{c}");

@@ -329,12 +329,13 @@ impl ChatTemplate {
             Some(tools.clone()),
         );
         // A call and its result; arguments once as JSON text (OpenAI's form), once as an object.
+        // The id is 9 letters and digits, which Mistral's templates insist on.
         let conversation = |arguments: Json| {
             json!([
                 {"role": "user", "content": "x"},
-                {"role": "assistant", "content": "", "tool_calls": [{"id": "call_probe", "type": "function",
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "probe0001", "type": "function",
                     "function": {"name": CALL, "arguments": arguments}}]},
-                {"role": "tool", "tool_call_id": "call_probe", "content": RESULT},
+                {"role": "tool", "tool_call_id": "probe0001", "content": RESULT},
                 {"role": "user", "content": "y"}
             ])
         };

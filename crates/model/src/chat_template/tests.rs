@@ -312,3 +312,17 @@ fn tool_calls_reach_a_template_that_serialises_arguments_as_objects() {
         "{out}"
     );
 }
+
+#[test]
+fn a_template_that_checks_call_ids_still_shows_calls() {
+    // Mistral's templates raise on ids that are not 9 characters.
+    let t = tmpl(
+        r#"{%- for m in messages %}{%- if m.role == "user" %}[INST] {{ m.content }}[/INST]{%- elif m.tool_calls %}[TOOL_CALLS] [{% for tc in m.tool_calls %}{% if tc.id|length != 9 %}{{ raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}{% endif %}{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments|tojson }}, "id": "{{ tc.id }}"}{% endfor %}]</s>{%- elif m.role == "tool" %}[TOOL_RESULTS] {{ m.content }}[/TOOL_RESULTS]{%- else %} {{ m.content }}</s>{%- endif %}{%- endfor %}"#,
+    );
+    let caps = t.caps();
+    assert!(
+        caps.supports_tool_calls && caps.supports_tool_responses,
+        "{caps:?}"
+    );
+    assert!(caps.requires_object_arguments && !caps.supports_tools);
+}

@@ -46,6 +46,11 @@ impl OutputParser {
         self.reasoning.is_some() || self.tools.is_some()
     }
 
+    /// Whether tool calls are parsed.
+    pub fn has_tools(&self) -> bool {
+        self.tools.is_some()
+    }
+
     /// Tool calls found so far.
     pub fn tool_calls(&self) -> usize {
         self.tools.as_ref().map_or(0, ToolParser::calls)

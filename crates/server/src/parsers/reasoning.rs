@@ -102,27 +102,37 @@ impl ReasoningParser {
         self.pending.push_str(text);
         let mut out = Split::default();
         loop {
-            let tag = if self.inside { self.end } else { self.start };
-            let looking = self.inside || !self.done;
-            if let Some(at) = self.pending.find(tag).filter(|_| looking) {
-                let before: String = self.pending.drain(..at).collect();
-                self.pending.drain(..tag.len());
-                self.emit(&mut out, &before);
-                if self.inside {
-                    self.inside = false;
-                    self.done = true;
-                    self.trim_next = true;
-                } else {
+            if !self.inside && !self.done {
+                // A thought opens only at the start of the output (after whitespace): a start
+                // tag later is text the answer mentions.
+                let t = self.pending.trim_start();
+                if t.starts_with(self.start) {
+                    let skip = self.pending.len() - t.len() + self.start.len();
+                    self.pending.drain(..skip);
                     self.inside = true;
+                    continue;
                 }
+                if self.start.starts_with(t) {
+                    return out;
+                }
+                self.done = true;
+            }
+            if !self.inside {
+                let ready = std::mem::take(&mut self.pending);
+                self.emit(&mut out, &ready);
+                return out;
+            }
+            if let Some(at) = self.pending.find(self.end) {
+                let before: String = self.pending.drain(..at).collect();
+                self.pending.drain(..self.end.len());
+                self.emit(&mut out, &before);
+                self.inside = false;
+                self.done = true;
+                self.trim_next = true;
                 continue;
             }
-            // Keep back the longest end of the text that could start the tag.
-            let keep = if looking {
-                partial_tag(&self.pending, tag)
-            } else {
-                0
-            };
+            // Keep back the longest end of the text that could start the end tag.
+            let keep = partial_tag(&self.pending, self.end);
             let cut = self.pending.len() - keep;
             let ready: String = self.pending.drain(..cut).collect();
             self.emit(&mut out, &ready);
@@ -213,6 +223,15 @@ mod tests {
         // An unfinished thought stays a thought; a lone '<' is text.
         check(Qwen3, false, "<think>still going", ("still going", ""));
         check(Qwen3, false, "a <thin b", ("", "a <thin b"));
+        check(Qwen3, false, "  <thi", ("", "  <thi"));
+        // A thought opens only at the start: later, the tags are the answer's text.
+        check(
+            Qwen3,
+            false,
+            "Use <think> tags</think> like this.",
+            ("", "Use <think> tags</think> like this."),
+        );
+        check(Qwen3, false, "\n<think>a</think>b", ("a", "b"));
     }
 
     #[test]

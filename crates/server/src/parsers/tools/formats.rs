@@ -4,7 +4,7 @@
 //! forces).
 
 use super::pythonic;
-use super::scan::{Quotes, balanced_end};
+use super::scan::{Quotes, Scan};
 use serde_json::{Value, json};
 
 /// The model families' tool-call formats (`--tool-call-parser`, SGLang's names).
@@ -28,6 +28,14 @@ pub enum ToolFormat {
     /// `[name(arg=value, …), …]` at the start of the message (Llama 3.2+/4 pythonic templates),
     /// optionally inside `<|python_start|>` … `<|python_end|>`.
     Pythonic,
+}
+
+/// The state of the search for the end of one call's body.
+#[derive(Debug, Clone, Default)]
+pub(super) struct BodyScan {
+    scan: Scan,
+    /// Mistral's `name[ARGS]{…}`: where the arguments start, once found.
+    args: Option<usize>,
 }
 
 /// Where calls start and what is dropped around them.
@@ -142,56 +150,77 @@ impl ToolFormat {
         }
     }
 
-    /// The tag that closes a call opened by a marker, for formats that have one.
-    fn closer(self) -> Option<&'static str> {
+    /// For formats whose calls end with a tag: that tag, then the openers (a call opened
+    /// before the last one closed ends it: the closer was left out).
+    fn call_ends(self) -> Option<&'static [&'static str]> {
         match self {
-            Self::Hermes => Some("</tool_call>"),
-            Self::DeepseekV3 => Some(DS_CALL_END),
-            Self::KimiK2 => Some(KIMI_CALL_END),
+            Self::Hermes => Some(&["</tool_call>", "<tool_call>"]),
+            Self::DeepseekV3 => Some(&[DS_CALL_END, DS_CALL_BEGIN]),
+            Self::KimiK2 => Some(&[KIMI_CALL_END, KIMI_CALL_BEGIN]),
             Self::Llama3 | Self::Mistral | Self::Pythonic => None,
         }
     }
 
     /// Where the call whose body starts `body` ends: (the body's length, the bytes it takes
-    /// with its closing markup); `None` while it is still open.
-    pub(super) fn body_end(self, body: &str) -> Option<(usize, usize)> {
-        if let Some(closer) = self.closer() {
-            let close = body.find(closer).map(|at| (at, at + closer.len()));
-            // A new call opened before this one closed ends it (the closer was left out).
-            let reopen = self
-                .markup()
-                .openers
-                .iter()
-                .filter_map(|o| body.find(o))
-                .min()
-                .map(|at| (at, at));
-            return match (close, reopen) {
-                (Some(c), Some(r)) => Some(if r.0 < c.0 { r } else { c }),
-                (c, r) => c.or(r),
-            };
+    /// with its closing markup); `None` while it is still open. `scan` carries the search from
+    /// one call to the next as the body grows (a fresh one per call).
+    pub(super) fn body_end(self, body: &str, scan: &mut BodyScan) -> Option<(usize, usize)> {
+        if let Some(ends) = self.call_ends() {
+            let (at, tag) = scan.scan.find_tag(body, ends)?;
+            return Some(if tag == ends[0] {
+                (at, at + tag.len())
+            } else {
+                (at, at)
+            });
         }
         let end = match self {
-            Self::Llama3 => balanced_end(body, Quotes::Json)?,
-            Self::Pythonic => balanced_end(body, Quotes::Python)?,
-            _ if body.trim_start().starts_with('[') => balanced_end(body, Quotes::Json)?,
-            _ => {
-                let args = body.find("[ARGS]")? + "[ARGS]".len();
-                args + balanced_end(&body[args..], Quotes::Json)?
-            }
+            Self::Llama3 => scan.scan.balanced(body, 0, Quotes::Json)?,
+            Self::Pythonic => scan.scan.balanced(body, 0, Quotes::Python)?,
+            _ => match body.trim_start().as_bytes().first()? {
+                b'[' => scan.scan.balanced(body, 0, Quotes::Json)?,
+                _ => {
+                    let args = match scan.args {
+                        Some(a) => a,
+                        None => body.find("[ARGS]")? + "[ARGS]".len(),
+                    };
+                    scan.args = Some(args);
+                    scan.scan.balanced(body, args, Quotes::Json)?
+                }
+            },
         };
         Some((end, end))
+    }
+
+    /// For a call opened without a marker: whether its start reads as a call (`{"` for
+    /// llama3, `[name(` for pythonic); `None` until enough text has come to tell.
+    pub(super) fn looks_like_call(self, body: &str) -> Option<bool> {
+        let rest = body.get(1..)?.trim_start();
+        match self {
+            Self::Llama3 => rest.chars().next().map(|c| c == '"'),
+            Self::Pythonic => {
+                let ident =
+                    rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))?;
+                let after = rest[ident..].trim_start();
+                if after.is_empty() && ident > 0 {
+                    return None;
+                }
+                Some(ident > 0 && after.starts_with('('))
+            }
+            _ => Some(true),
+        }
     }
 
     /// The calls in one call's body: (name, arguments object).
     pub(super) fn parse_body(self, body: &str) -> Option<Vec<(String, Value)>> {
         let calls = match self {
-            Self::Hermes => vec![json_call(body, &["arguments", "parameters"])?],
-            Self::Llama3 => vec![json_call(body, &["parameters", "arguments"])?],
+            Self::Hermes => vec![json_call(body, &["arguments", "parameters"], false)?],
+            // Llama's calls always carry `parameters`: without, it is JSON, not a call.
+            Self::Llama3 => vec![json_call(body, &["parameters", "arguments"], true)?],
             Self::Mistral => match body.trim_start().strip_prefix('[') {
                 Some(_) => match serde_json::from_str::<Value>(body.trim()).ok()? {
                     Value::Array(items) => items
                         .iter()
-                        .map(|c| call_of(c, &["arguments", "parameters"]))
+                        .map(|c| call_of(c, &["arguments", "parameters"], false))
                         .collect::<Option<_>>()?,
                     _ => return None,
                 },
@@ -227,22 +256,41 @@ impl ToolFormat {
         (!calls.is_empty()).then_some(calls)
     }
 
-    /// Whether a body that opened without a marker (and did not parse) was meant as a call:
-    /// it is then malformed; otherwise it is ordinary text that looked like a call's start.
+    /// Whether a body that opened without a marker (and is not a valid call) was meant as a
+    /// call: it is then malformed; otherwise it is an answer that happens to be JSON.
     pub(super) fn attempted(self, body: &str) -> bool {
         match self {
             Self::Llama3 => match serde_json::from_str::<Value>(body.trim()) {
-                Ok(v) => v.get("name").is_some(),
-                Err(_) => true,
+                Ok(v) => {
+                    v.get("name").is_some()
+                        && (v.get("parameters").is_some() || v.get("arguments").is_some())
+                }
+                Err(_) => body.contains("\"name\""),
             },
-            Self::Pythonic => {
-                let t = body.trim_start().trim_start_matches('[').trim_start();
-                let ident = t
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-                    .unwrap_or(t.len());
-                ident > 0 && t[ident..].trim_start().starts_with('(')
-            }
+            // Only bodies that start `[name(` get this far.
             _ => true,
+        }
+    }
+
+    /// The id of call `index` (of function `name`): `call_` and 24 hex digits, except where the
+    /// family's template needs its own: Mistral's checks for 9 letters and digits, and Kimi K2's
+    /// shows the id as the call's header (`functions.name:index`, as its models write it).
+    pub(super) fn call_id(self, seed: u64, index: usize, name: &str) -> String {
+        match self {
+            Self::Mistral => {
+                const ALPHABET: &[u8] =
+                    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+                let (mut a, _) = super::id_bits(seed, index);
+                (0..9)
+                    .map(|_| {
+                        let c = ALPHABET[(a % 62) as usize] as char;
+                        a /= 62;
+                        c
+                    })
+                    .collect()
+            }
+            Self::KimiK2 => format!("functions.{name}:{index}"),
+            _ => super::call_id(seed, index),
         }
     }
 
@@ -342,13 +390,17 @@ fn object_arguments(v: Value) -> Option<Value> {
     }
 }
 
-/// `{"name": "…", <one of keys>: {…}}` as (name, arguments); missing arguments are `{}`.
-fn json_call(text: &str, keys: &[&str]) -> Option<(String, Value)> {
-    call_of(&serde_json::from_str(text.trim()).ok()?, keys)
+/// `{"name": "…", <one of keys>: {…}}` as (name, arguments); missing arguments are `{}`
+/// unless `required`.
+fn json_call(text: &str, keys: &[&str], required: bool) -> Option<(String, Value)> {
+    call_of(&serde_json::from_str(text.trim()).ok()?, keys, required)
 }
 
-fn call_of(v: &Value, keys: &[&str]) -> Option<(String, Value)> {
+fn call_of(v: &Value, keys: &[&str], required: bool) -> Option<(String, Value)> {
     let name = identifier(v.get("name")?.as_str()?)?;
     let args = keys.iter().find_map(|k| v.get(*k)).cloned();
+    if required && args.is_none() {
+        return None;
+    }
     Some((name, object_arguments(args.unwrap_or(Value::Null))?))
 }

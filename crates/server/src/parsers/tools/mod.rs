@@ -18,7 +18,7 @@ mod scan;
 pub use formats::ToolFormat;
 
 use super::reasoning::partial_tag;
-use formats::Markup;
+use formats::{BodyScan, Markup};
 
 /// What the parser found in a piece of text, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,10 @@ pub struct ToolParser {
     open: Option<&'static str>,
     /// Outside a call: text held back; inside: the call's body so far.
     pending: String,
+    /// Inside a call: how far the search for its end has come.
+    scan: BodyScan,
+    /// Inside a call opened without a marker: its start was seen to read as a call.
+    checked: bool,
     /// A call may start here without a marker (the message's start, or right after a call).
     may_start: bool,
     /// Leading whitespace of the next content is dropped (right after a call).
@@ -68,6 +72,8 @@ impl ToolParser {
             markup: format.markup(),
             open: None,
             pending: String::new(),
+            scan: BodyScan::default(),
+            checked: false,
             may_start: true,
             trim_next: false,
             calls: 0,
@@ -126,7 +132,20 @@ impl ToolParser {
                 return;
             }
             if let Some(opener) = self.open {
-                let Some((body_len, used)) = self.format.body_end(&self.pending) else {
+                if opener.is_empty() && !self.checked {
+                    match self.format.looks_like_call(&self.pending) {
+                        None if !at_end => return,
+                        Some(true) => self.checked = true,
+                        // Not a call after all: the text is content.
+                        _ => {
+                            self.open = None;
+                            self.may_start = false;
+                            continue;
+                        }
+                    }
+                }
+                let Some((body_len, used)) = self.format.body_end(&self.pending, &mut self.scan)
+                else {
                     if at_end {
                         let body = std::mem::take(&mut self.pending);
                         self.open = None;
@@ -155,7 +174,7 @@ impl ToolParser {
                 // Whitespace right before call markup is dropped.
                 self.content(before.trim_end(), out);
                 if m.openers.contains(&tag) {
-                    self.open = Some(tag);
+                    self.open_call(tag);
                 } else if m.prefixes.contains(&tag) {
                     self.may_start = true;
                 }
@@ -201,10 +220,17 @@ impl ToolParser {
             && t.starts_with(c)
         {
             self.pending.drain(..skip);
-            self.open = Some("");
+            self.open_call("");
             return true;
         }
         false
+    }
+
+    /// A call opens (`opener` is its marker, empty for a call opened without one).
+    fn open_call(&mut self, opener: &'static str) {
+        self.open = Some(opener);
+        self.scan = BodyScan::default();
+        self.checked = false;
     }
 
     /// Text outside calls; anything but whitespace ends the place where a call may start.
@@ -237,7 +263,7 @@ impl ToolParser {
                     self.calls += 1;
                     out.push(ToolEvent::Start {
                         index,
-                        id: call_id(self.id_seed, index),
+                        id: self.format.call_id(self.id_seed, index, &name),
                         name,
                     });
                     out.push(ToolEvent::Arguments {
@@ -272,9 +298,8 @@ fn content(out: &mut Vec<ToolEvent>, text: String) {
     }
 }
 
-/// `call_` and 24 hex digits, distinct per request seed and call index.
-fn call_id(seed: u64, index: usize) -> String {
-    // splitmix64 of the seed and index, twice over for 96 bits.
+/// splitmix64 of the seed and index, twice over: 128 bits for an id.
+fn id_bits(seed: u64, index: usize) -> (u64, u64) {
     let mix = |mut z: u64| {
         z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -282,7 +307,12 @@ fn call_id(seed: u64, index: usize) -> String {
         z ^ (z >> 31)
     };
     let a = mix(seed ^ (index as u64).wrapping_mul(0xd6e8_feb8_6659_fd93));
-    let b = mix(a);
+    (a, mix(a))
+}
+
+/// `call_` and 24 hex digits, distinct per seed and call index.
+fn call_id(seed: u64, index: usize) -> String {
+    let (a, b) = id_bits(seed, index);
     format!("call_{a:016x}{:08x}", b as u32)
 }
 
@@ -304,7 +334,14 @@ mod tests {
                 ToolEvent::Content(c) => parsed.0.push_str(&c),
                 ToolEvent::Start { index, name, id } => {
                     assert_eq!(index, parsed.1.len());
-                    assert!(id.starts_with("call_") && id.len() == 29, "{id}");
+                    match format {
+                        Mistral => assert!(
+                            id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()),
+                            "{id}"
+                        ),
+                        KimiK2 => assert_eq!(id, format!("functions.{name}:{index}")),
+                        _ => assert!(id.starts_with("call_") && id.len() == 29, "{id}"),
+                    }
                     parsed.1.push((name, String::new()));
                 }
                 ToolEvent::Arguments { index, fragment } => parsed.1[index].1.push_str(&fragment),
@@ -370,6 +407,16 @@ mod tests {
                 1,
             ),
         );
+        // Tags inside the arguments' strings are text of the arguments.
+        check(
+            Hermes,
+            "<tool_call>{\"name\": \"write\", \"arguments\": {\"text\": \"<tool_call> and </tool_call>\"}}</tool_call>",
+            (
+                "",
+                &[("write", r#"{"text":"<tool_call> and </tool_call>"}"#)],
+                0,
+            ),
+        );
         // Arguments written as a JSON string are taken as the object they hold.
         check(
             Hermes,
@@ -402,6 +449,13 @@ mod tests {
             "{\"name\": \"f\", \"parameters\": {\"a\": }",
             ("{\"name\": \"f\", \"parameters\": {\"a\": }", &[], 1),
         );
+        // Neither is an attempted call: not counted.
+        check(
+            Llama3,
+            "{\"name\": \"Alice\", \"age\": 3}",
+            ("{\"name\": \"Alice\", \"age\": 3}", &[], 0),
+        );
+        check(Llama3, "{ a: 1 } and more", ("{ a: 1 } and more", &[], 0));
     }
 
     #[test]
@@ -468,8 +522,14 @@ mod tests {
             "<|python_start|>[get_weather(city=\"Zürich\")]<|python_end|>",
             ("", &[WEATHER], 0),
         );
-        // A bracket that is not a call list is text; a broken call list is malformed.
+        // A bracket that is not a call list is text (even with an open quote after it); a
+        // broken call list is malformed.
         check(Pythonic, "[1] See below.", ("[1] See below.", &[], 0));
+        check(
+            Pythonic,
+            "[Here's the doc](url) and more",
+            ("[Here's the doc](url) and more", &[], 0),
+        );
         check(Pythonic, "[f(x=)]", ("[f(x=)]", &[], 1));
     }
 
@@ -537,6 +597,7 @@ mod tests {
     fn ids_differ_between_calls_and_requests() {
         assert_ne!(call_id(1, 0), call_id(1, 1));
         assert_ne!(call_id(1, 0), call_id(2, 0));
+        assert_ne!(Mistral.call_id(1, 0, "f"), Mistral.call_id(1, 1, "f"));
         assert_eq!(ToolFormat::parse("qwen25"), Some(ToolFormat::Hermes));
         assert_eq!(ToolFormat::parse("nope"), None);
     }
