@@ -287,7 +287,7 @@ impl Generation {
                     }
                 };
                 let (text, stopped) = choice.stop.push(&piece);
-                let pieces = parse(&mut choice.parser, &text, &self.state);
+                let pieces = parse_text(&mut choice.parser, &text, &self.state);
                 let enough_calls = choice.parser.is_done();
                 let engine_id = choice.engine_id;
                 self.queue.push_back(Update::Output {
@@ -319,7 +319,7 @@ impl Generation {
                 if !stopped {
                     rest.push_str(&choice.stop.finish());
                 }
-                let pieces = parse(&mut choice.parser, &rest, &self.state);
+                let pieces = parse_text(&mut choice.parser, &rest, &self.state);
                 if !pieces.is_empty() {
                     self.queue.push_back(Update::Output {
                         index,
@@ -412,7 +412,7 @@ impl Drop for Generation {
 }
 
 /// Text through a choice's parsers (all of it content when it has none).
-fn parse(parser: &mut OutputParser, text: &str, state: &AppState) -> Vec<Output> {
+fn parse_text(parser: &mut OutputParser, text: &str, state: &AppState) -> Vec<Output> {
     if !parser.is_active() {
         return if text.is_empty() {
             Vec::new()
