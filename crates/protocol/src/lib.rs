@@ -36,15 +36,20 @@ impl ChatMessage {
 
     /// The text of the message: the string content, or its text parts joined.
     pub fn text(&self) -> String {
-        match &self.content {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join(""),
-            _ => String::new(),
-        }
+        content_text(self.content.as_ref(), "")
+    }
+}
+
+/// A message's `content` as text: the string, or its text parts joined by `separator`.
+pub fn content_text(content: Option<&Value>, separator: &str) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(separator),
+        _ => String::new(),
     }
 }
 

@@ -72,16 +72,19 @@ pub(crate) async fn chat(
         .forced()
         .map(|name| format.forced_opening(name))
         .unwrap_or_default();
+    let tool_spec = state.tool_parser.filter(|_| tools.offered()).map(|f| {
+        let most = if tools.parallel { usize::MAX } else { 1 };
+        (f, most, tools.names())
+    });
     let st = state.clone();
     let prefill = opening.clone();
-    let tools_for_prompt = tools.clone();
     let (prompt, text) = blocking(move || {
         let template = st
             .model()
             .template
             .as_ref()
             .ok_or_else(|| ApiError::bad_request("this model has no chat template"))?;
-        opts.tools = tools_for_prompt.adapt(&mut messages, template.caps(), format);
+        opts.tools = tools.adapt(&mut messages, template.caps(), format);
         let mut text = template
             .render(&messages, &opts)
             .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
@@ -101,10 +104,7 @@ pub(crate) async fn chat(
             .reasoning_parser
             .filter(|_| separate_reasoning && opening.is_empty())
             .map(|f| (f, f.starts_inside(&text, enable_thinking))),
-        tools: state.tool_parser.filter(|_| tools.offered()).map(|f| {
-            let most = if tools.parallel { usize::MAX } else { 1 };
-            (f, most, tools.names())
-        }),
+        tools: tool_spec,
         prefill: opening,
     };
     let generation = Generation::start(state.clone(), vec![prompt], &params, &parse, started)?;
@@ -134,10 +134,16 @@ struct ChatStream {
 }
 
 impl ChatStream {
-    fn chunk(&self, index: usize, delta: Delta, logprobs: Option<Value>) -> String {
+    fn chunk(
+        &self,
+        index: usize,
+        delta: Delta,
+        finish: Option<&str>,
+        logprobs: Option<Value>,
+    ) -> String {
         let model = &self.state.served_model_name;
         to_json(&responses::chat_chunk(
-            &self.id, model, index, delta, None, logprobs,
+            &self.id, model, index, delta, finish, logprobs,
         ))
     }
 }
@@ -192,7 +198,7 @@ impl StreamFormat for ChatStream {
                     content: Some(String::new()),
                     ..Delta::default()
                 };
-                self.chunk(i, delta, None)
+                self.chunk(i, delta, None, None)
             })
             .collect()
     }
@@ -211,20 +217,12 @@ impl StreamFormat for ChatStream {
         }
         deltas
             .into_iter()
-            .map(|d| self.chunk(index, d, logprobs.take()))
+            .map(|d| self.chunk(index, d, None, logprobs.take()))
             .collect()
     }
 
     fn done(&mut self, index: usize, finish: &str) -> String {
-        let model = &self.state.served_model_name;
-        to_json(&responses::chat_chunk(
-            &self.id,
-            model,
-            index,
-            Delta::default(),
-            Some(finish),
-            None,
-        ))
+        self.chunk(index, Delta::default(), Some(finish), None)
     }
 
     fn usage(&self, usage: protocol::Usage) -> String {

@@ -413,13 +413,6 @@ impl Drop for Generation {
 
 /// Text through a choice's parsers (all of it content when it has none).
 fn parse_text(parser: &mut OutputParser, text: &str, state: &AppState) -> Vec<Output> {
-    if !parser.is_active() {
-        return if text.is_empty() {
-            Vec::new()
-        } else {
-            vec![Output::Content(text.to_string())]
-        };
-    }
     count(parser.push(text), state)
 }
 

@@ -257,17 +257,9 @@ fn check_tool(i: usize, tool: &Value) -> Result<(), ApiError> {
     }
 }
 
-/// A message's text (string content, or its text parts joined).
+/// A message's text (string content, or its text parts a line each).
 fn text_of(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
+    protocol::content_text(content, "\n")
 }
 
 /// An assistant message's `tool_calls` written after its text, the way the model writes them.

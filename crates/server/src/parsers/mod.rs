@@ -41,11 +41,6 @@ impl OutputParser {
         Self { reasoning, tools }
     }
 
-    /// Whether any parser is on (without one, text is content as it comes).
-    pub fn is_active(&self) -> bool {
-        self.reasoning.is_some() || self.tools.is_some()
-    }
-
     /// Whether tool calls are parsed.
     pub fn has_tools(&self) -> bool {
         self.tools.is_some()

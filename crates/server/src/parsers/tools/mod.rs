@@ -245,7 +245,7 @@ impl ToolParser {
         }
         self.trim_next = false;
         self.may_start = false;
-        content(out, text.to_string());
+        push_content(out, text.to_string());
     }
 
     /// A call's body is complete (`opener` and `closer` are the markup around it).
@@ -281,13 +281,14 @@ impl ToolParser {
                 // As plain text, it may not start another call.
                 self.may_start = false;
                 self.trim_next = false;
-                content(out, format!("{opener}{body}{closer}"));
+                push_content(out, format!("{opener}{body}{closer}"));
             }
         }
     }
 }
 
-fn content(out: &mut Vec<ToolEvent>, text: String) {
+/// Appends content text, joined to content just before it.
+fn push_content(out: &mut Vec<ToolEvent>, text: String) {
     if text.is_empty() {
         return;
     }
