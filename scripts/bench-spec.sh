@@ -68,6 +68,10 @@ start_server "$PORT" "$OUT_DIR/baseline.server.log" ${BASE:-}
 start_server $((PORT + 1)) "$OUT_DIR/$NAME.server.log" $SPEC
 
 IFS=, read -r -a levels <<<"$LEVELS"
+# Each (level, round) takes its own slice of the dataset (--first-slice), the same on both sides:
+# no invocation finds its prompts in a server's prefix cache from an earlier one, and the sides
+# stay paired.
+slice=0
 for level in "${levels[@]}"; do
     for round in $(seq 1 "$ROUNDS"); do
         sides=(baseline "$NAME")
@@ -77,9 +81,10 @@ for level in "${levels[@]}"; do
             [ "$side" = baseline ] || port=$((PORT + 1))
             echo "== $side, C=$level, round $round"
             target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
-                --output "$OUT_DIR/levels/$side.$level.r$round.json" "${bench_flags[@]}" "$@" |
-                grep -E "C=" || true
+                --first-slice "$slice" --output "$OUT_DIR/levels/$side.$level.r$round.json" \
+                "${bench_flags[@]}" "$@" | grep -E "C=|Note:" || true
         done
+        slice=$((slice + 1))
     done
 done
 if [ "$SERVER" = specula ]; then

@@ -1,8 +1,10 @@
 //! Baseline against candidate: per-level ratios, a bootstrap confidence interval for the
 //! throughput ratio, and the crossover where the candidate stops winning.
 
+use crate::goodput::Goodput;
 use crate::record::RequestRecord;
 use crate::report::RunReport;
+use crate::server_metrics::ServerDeltas;
 use crate::stats::LevelStats;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -29,6 +31,13 @@ pub struct LevelComparison {
     /// Speculative accept length (tokens per verification pass) where the server reported it.
     pub base_accept_length: Option<f64>,
     pub cand_accept_length: Option<f64>,
+    /// Goodput where the runs measured it (`--goodput`), and the ratio of their rates.
+    pub base_goodput: Option<Goodput>,
+    pub cand_goodput: Option<Goodput>,
+    pub goodput_ratio: Option<f64>,
+    /// The servers' counters over the level, where they export them.
+    pub base_server: Option<ServerDeltas>,
+    pub cand_server: Option<ServerDeltas>,
 }
 
 /// Where the candidate stops being faster (throughput ratio above 1).
@@ -112,6 +121,14 @@ fn compare_level(
         cand_ok: (c.ok, c.requests),
         base_accept_length: b.spec_accept_length,
         cand_accept_length: c.spec_accept_length,
+        base_goodput: b.goodput,
+        cand_goodput: c.goodput,
+        goodput_ratio: b
+            .goodput
+            .zip(c.goodput)
+            .map(|(b, c)| ratio(c.request_rate, b.request_rate)),
+        base_server: b.server.clone(),
+        cand_server: c.server.clone(),
     }
 }
 
@@ -187,7 +204,38 @@ fn crossover(levels: &[LevelComparison]) -> Option<Crossover> {
     })
 }
 
-/// The comparison as text, a line per level and the crossover line.
+/// The line under a level with the servers' own figures, where either side exported them:
+/// `        server: cache hit 0.0% -> 95.2% | preemptions 0 -> 0 | ...`.
+fn server_line(base: Option<&ServerDeltas>, cand: Option<&ServerDeltas>) -> Option<String> {
+    fn pct(r: Option<f64>) -> Option<String> {
+        r.map(|r| format!("{:.1}%", r * 100.0))
+    }
+    fn count(n: Option<u64>) -> Option<String> {
+        n.map(|n| n.to_string())
+    }
+    type Figure = fn(&ServerDeltas) -> Option<String>;
+    let figures: [(&str, Figure); 4] = [
+        ("cache hit", |d| pct(d.cache_hit_rate)),
+        ("preemptions", |d| count(d.preemptions)),
+        ("draft acceptance", |d| pct(d.spec_acceptance())),
+        ("rejected", |d| count(d.rejected_requests)),
+    ];
+    let parts: Vec<String> = figures
+        .iter()
+        .filter_map(|(name, get)| {
+            let (b, c) = (base.and_then(get), cand.and_then(get));
+            if b.is_none() && c.is_none() {
+                return None;
+            }
+            let shown = |v: Option<String>| v.unwrap_or_else(|| "n/a".into());
+            Some(format!("{name} {} -> {}", shown(b), shown(c)))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("        server: {}", parts.join(" | ")))
+}
+
+/// The comparison as text, a line per level (and the servers' figures under it) and the
+/// crossover line.
 pub fn render(cmp: &Comparison) -> String {
     let mut s = format!(
         "Comparison: candidate `{}` against baseline `{}` (ratios are candidate / baseline)\n\n",
@@ -206,9 +254,17 @@ pub fn render(cmp: &Comparison) -> String {
                 format!(" | accept {} -> {}", shown(b), shown(c))
             }
         };
+        let goodput = match (l.base_goodput, l.cand_goodput, l.goodput_ratio) {
+            (Some(b), Some(c), Some(r)) => format!(
+                " | goodput x{r:.2} ({:.0}% -> {:.0}%)",
+                b.share * 100.0,
+                c.share * 100.0
+            ),
+            _ => String::new(),
+        };
         let _ = writeln!(
             s,
-            "  C={:>3} | throughput: {:>7.1} -> {:>7.1} tok/s  x{:.2} {ci} | per-req x{:.2} | latency p50 x{:.2} p99 x{:.2} | TTFT p50 x{:.2} | ok: {}/{} -> {}/{}{accept}",
+            "  C={:>3} | throughput: {:>7.1} -> {:>7.1} tok/s  x{:.2} {ci} | per-req x{:.2} | latency p50 x{:.2} p99 x{:.2} | TTFT p50 x{:.2} | ok: {}/{} -> {}/{}{accept}{goodput}",
             l.concurrency,
             l.base_throughput,
             l.cand_throughput,
@@ -222,6 +278,9 @@ pub fn render(cmp: &Comparison) -> String {
             l.cand_ok.0,
             l.cand_ok.1,
         );
+        if let Some(line) = server_line(l.base_server.as_ref(), l.cand_server.as_ref()) {
+            let _ = writeln!(s, "{line}");
+        }
     }
     s.push('\n');
     let line = match cmp.crossover {
@@ -363,6 +422,11 @@ mod tests {
                     cand_ok: (1, 1),
                     base_accept_length: None,
                     cand_accept_length: None,
+                    base_goodput: None,
+                    cand_goodput: None,
+                    goodput_ratio: None,
+                    base_server: None,
+                    cand_server: None,
                 })
                 .collect()
         };
@@ -389,6 +453,48 @@ mod tests {
         let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("  C=")).collect();
         assert!(rows[0].ends_with("| accept n/a -> 3.46"), "{text}");
         assert!(!rows[1].contains("accept"), "{text}");
+    }
+
+    #[test]
+    fn goodput_and_server_figures_compare_when_measured() {
+        let base = run(vec![level(1, &[100; 4], 1.0)]);
+        let mut cand = run(vec![level(1, &[100; 4], 1.0)]);
+        let text = render(&compare(&base, "b", &cand, "c"));
+        assert!(
+            !text.contains("goodput") && !text.contains("server:"),
+            "{text}"
+        );
+
+        let mut base = base;
+        base.levels[0].stats.goodput = Some(Goodput {
+            good: 2,
+            request_rate: 0.5,
+            share: 0.5,
+        });
+        cand.levels[0].stats.goodput = Some(Goodput {
+            good: 4,
+            request_rate: 1.0,
+            share: 1.0,
+        });
+        cand.levels[0].stats.server = Some(ServerDeltas {
+            server: "specula".into(),
+            cache_hit_rate: Some(0.25),
+            preemptions: Some(3),
+            ..ServerDeltas::default()
+        });
+        let cmp = compare(&base, "b", &cand, "c");
+        assert_eq!(cmp.levels[0].goodput_ratio, Some(2.0));
+        let text = render(&cmp);
+        let lines: Vec<&str> = text.lines().collect();
+        let row = lines.iter().position(|l| l.starts_with("  C=")).unwrap();
+        assert!(
+            lines[row].ends_with("| goodput x2.00 (50% -> 100%)"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[row + 1],
+            "        server: cache hit n/a -> 25.0% | preemptions n/a -> 3"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The benchmark's configuration, as the CLI fills it and as the JSON report records it.
 
+use crate::goodput::Objectives;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
@@ -105,6 +106,31 @@ pub struct BenchConfig {
     #[serde(skip)]
     pub api_key: Option<String>,
     pub keep_alive: bool,
+    /// Every level sends the first level's prompts instead of its own slice of the dataset.
+    #[serde(default)]
+    pub reuse_prompts: bool,
+    /// The prompt slice the first level takes (see [`crate::workload::PromptPlan`]).
+    #[serde(default)]
+    pub first_slice: usize,
+    /// Ask the server to empty its prefix cache before each level.
+    #[serde(default)]
+    pub flush_cache: bool,
+    /// Latency objectives for goodput.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<Objectives>,
+}
+
+impl BenchConfig {
+    /// Which prompts the warm-up and each level send, for a dataset of `dataset` prompts.
+    pub fn prompt_plan(&self, dataset: usize) -> crate::workload::PromptPlan {
+        crate::workload::PromptPlan {
+            dataset,
+            warmup: self.warmup_requests,
+            per_level: self.requests_per_level,
+            first_slice: self.first_slice,
+            reuse: self.reuse_prompts,
+        }
+    }
 }
 
 impl Default for BenchConfig {
@@ -128,6 +154,10 @@ impl Default for BenchConfig {
             headers: Vec::new(),
             api_key: None,
             keep_alive: true,
+            reuse_prompts: false,
+            first_slice: 0,
+            flush_cache: false,
+            goodput: None,
         }
     }
 }

@@ -1,18 +1,22 @@
 //! `specula bench`: a parallel throughput benchmark for any OpenAI-compatible server.
 //!
-//! Data flow: [`workload`] picks prompts (and arrival times), [`client`] sends them and records
-//! each request, [`runner`] sweeps concurrency levels, [`stats`] aggregates, [`report`] prints and
-//! saves, [`compare`] and [`plot`] read saved runs. [`mock`] is a server to test against.
+//! Data flow: [`workload`] picks prompts (each level its own slice) and arrival times, [`client`]
+//! sends them and records each request, [`runner`] sweeps concurrency levels (reading the
+//! server's [`server_metrics`] around each), [`stats`] and [`goodput`] aggregate, [`report`]
+//! prints and saves, [`compare`] and [`plot`] read saved runs. [`mock`] is a server to test
+//! against.
 
 pub mod client;
 pub mod compare;
 pub mod config;
 mod cpu;
+pub mod goodput;
 pub mod mock;
 pub mod plot;
 pub mod record;
 pub mod report;
 pub mod runner;
+pub mod server_metrics;
 pub mod stats;
 pub mod workload;
 

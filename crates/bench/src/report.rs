@@ -3,6 +3,7 @@
 use crate::config::BenchConfig;
 use crate::record::RequestRecord;
 use crate::stats::{LevelStats, Summary};
+use crate::workload::PromptPlan;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -128,8 +129,57 @@ pub fn header(cfg: &BenchConfig, model: &str, dataset: &str) -> String {
     s
 }
 
-/// The result line of one level; `| accept X` closes it when the server reported speculative
-/// accept lengths.
+/// The header's line on which prompts each level sends, and the note to make when the dataset is
+/// too small for a fresh slice per level (naming the levels that repeat prompts).
+pub fn prompt_lines(plan: &PromptPlan, cfg: &BenchConfig) -> (String, Option<String>) {
+    let levels = cfg.concurrency.len();
+    if plan.reuse {
+        let line = format!(
+            "Prompts: the same {} at every level (--reuse-prompts); the warm-up sends {} others",
+            plan.per_level, plan.warmup
+        );
+        return (line, None);
+    }
+    let from = if plan.first_slice > 0 {
+        format!(", starting at slice {}", plan.first_slice)
+    } else {
+        String::new()
+    };
+    let line = format!(
+        "Prompts: each level sends its own {} of the dataset's {} (consecutive slices of the seeded order{from}), the warm-up {} before them",
+        plan.per_level, plan.dataset, plan.warmup
+    );
+    let needed = plan.needed(levels);
+    if needed <= plan.dataset {
+        return (line, None);
+    }
+    let repeating: Vec<String> = cfg
+        .concurrency
+        .iter()
+        .enumerate()
+        .filter_map(|(k, c)| {
+            let n = plan.repeated(k);
+            (n > 0).then(|| format!("C={c} ({n} of {})", plan.per_level))
+        })
+        .collect();
+    let skipped = if plan.first_slice > 0 {
+        format!(" + {} skipped slices", plan.first_slice)
+    } else {
+        String::new()
+    };
+    let note = format!(
+        "the dataset has {} prompts and this sweep needs {needed} ({} warm-up{skipped} + {levels} levels x {}): levels {} repeat prompts sent earlier; none is sent more than {} times",
+        plan.dataset,
+        plan.warmup,
+        plan.per_level,
+        repeating.join(", "),
+        plan.max_sends(levels)
+    );
+    (line, Some(note))
+}
+
+/// The result line of one level; `| accept X` follows when the server reported speculative
+/// accept lengths, `| goodput R req/s (S%)` closes it when `--goodput` was given.
 pub fn level_line(s: &LevelStats) -> String {
     let mut line = format!(
         "  C={:>3} | {} requests | throughput: {:>7.1} tok/s | per-req: {:>6.1} tok/s | latency avg/p50/p99: {:>6.1}/{:>6.1}/{:>6.1}s | ok: {}/{}",
@@ -145,6 +195,14 @@ pub fn level_line(s: &LevelStats) -> String {
     );
     if let Some(accept) = s.spec_accept_length {
         let _ = write!(line, " | accept {accept:.2}");
+    }
+    if let Some(g) = &s.goodput {
+        let _ = write!(
+            line,
+            " | goodput {:.2} req/s ({:.0}%)",
+            g.request_rate,
+            g.share * 100.0
+        );
     }
     line
 }
@@ -170,10 +228,25 @@ pub fn verbose_lines(s: &LevelStats) -> String {
         "      requests/s: {:.2} | effective concurrency: {:.1} | completion tokens: {} | client CPU: {:.2}s",
         s.request_rate, s.effective_concurrency, s.completion_tokens, s.client_cpu_s
     );
+    if let Some(server) = s.server.as_ref().filter(|d| !d.summary().is_empty()) {
+        let _ = writeln!(
+            out,
+            "      server ({}): {}",
+            server.server,
+            server.summary()
+        );
+    }
+    if s.repeated_prompts > 0 {
+        let _ = writeln!(
+            out,
+            "      {} of {} prompts were sent earlier in the run",
+            s.repeated_prompts, s.requests
+        );
+    }
     out
 }
 
-const CSV_HEADER: [&str; 23] = [
+const CSV_HEADER: [&str; 33] = [
     "concurrency",
     "requests",
     "ok",
@@ -197,6 +270,16 @@ const CSV_HEADER: [&str; 23] = [
     "itl_p99_s",
     "errors",
     "spec_accept_length",
+    "repeated_prompts",
+    "goodput_req_s",
+    "goodput_share",
+    "server_prompt_tokens",
+    "server_cached_tokens",
+    "server_cache_hit_rate",
+    "server_preemptions",
+    "server_spec_draft_tokens",
+    "server_spec_accepted_tokens",
+    "server_rejected_requests",
 ];
 
 /// The per-level table as CSV.
@@ -207,6 +290,8 @@ pub fn write_csv(report: &RunReport, path: &Path) -> Result<(), ReportError> {
     for level in &report.levels {
         let s = &level.stats;
         let errors: usize = s.errors.values().sum();
+        let server = s.server.clone().unwrap_or_default();
+        let count = |n: Option<u64>| n.map_or(String::new(), |n| n.to_string());
         let row = [
             s.concurrency.to_string(),
             s.requests.to_string(),
@@ -232,6 +317,20 @@ pub fn write_csv(report: &RunReport, path: &Path) -> Result<(), ReportError> {
             errors.to_string(),
             s.spec_accept_length
                 .map_or(String::new(), |a| format!("{a:.3}")),
+            s.repeated_prompts.to_string(),
+            s.goodput
+                .map_or(String::new(), |g| format!("{:.3}", g.request_rate)),
+            s.goodput
+                .map_or(String::new(), |g| format!("{:.4}", g.share)),
+            count(server.prompt_tokens),
+            count(server.cached_tokens),
+            server
+                .cache_hit_rate
+                .map_or(String::new(), |r| format!("{r:.4}")),
+            count(server.preemptions),
+            count(server.spec_draft_tokens),
+            count(server.spec_accepted_tokens),
+            count(server.rejected_requests),
         ];
         w.write_record(&row).map_err(|e| ReportError::io(path, e))?;
     }
@@ -304,10 +403,11 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert!(lines[0].starts_with("concurrency,requests,ok,"));
         assert!(lines[1].starts_with("2,2,1,"));
-        assert!(lines[0].ends_with(",errors,spec_accept_length"));
+        assert!(lines[0].contains(",errors,spec_accept_length,repeated_prompts,goodput_req_s,"));
+        assert!(lines[0].ends_with(",server_rejected_requests"));
         assert!(
-            lines[1].ends_with(",1,"),
-            "one error, no accept length: {}",
+            lines[1].ends_with(",1,,0,,,,,,,,,"),
+            "one error, no accept length, no repeats, goodput or server figures: {}",
             lines[1]
         );
     }

@@ -1,6 +1,8 @@
 //! Per-level aggregates computed from request records, with the definitions the README states.
 
+use crate::goodput::Goodput;
 use crate::record::{ErrorClass, RequestRecord};
+use crate::server_metrics::ServerDeltas;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -81,6 +83,16 @@ pub struct LevelStats {
     /// Successful requests that reported an accept length.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spec_accept_reported: usize,
+    /// Requests whose prompt the run had already sent (the dataset was too small for a fresh
+    /// slice per level, or `--reuse-prompts`).
+    #[serde(default)]
+    pub repeated_prompts: usize,
+    /// Requests that met every `--goodput` objective, and their rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<Goodput>,
+    /// What the server's `/metrics` counters say happened during the level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerDeltas>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -140,6 +152,9 @@ impl LevelStats {
             client_cpu_s: 0.0,
             spec_accept_length: (!accept.is_empty()).then(|| mean(&accept)),
             spec_accept_reported: accept.len(),
+            repeated_prompts: 0,
+            goodput: None,
+            server: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 use crate::Failure;
 use anyhow::{Context, anyhow, bail};
 use bench::compare::{compare, render};
+use bench::goodput::Objectives;
 use bench::mock::{Fault, MockConfig};
 use bench::plot::{Series, plot_sweep};
 use bench::report::write_csv;
@@ -11,6 +12,7 @@ use bench::{BenchConfig, DatasetSpec, Display, Endpoint, RunReport, run_sweep};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Args)]
@@ -115,6 +117,21 @@ pub struct RunArgs {
     /// Draw throughput and p99 latency against concurrency as SVG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Send the same prompts at every level (by default each level sends its own slice of the
+    /// dataset, so no level finds its prompts in the server's prefix cache).
+    #[arg(long)]
+    reuse_prompts: bool,
+    /// The prompt slice the first level takes: scripts that run one level per invocation pass
+    /// the level's place in their sweep, so invocations do not repeat each other's prompts.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    first_slice: usize,
+    /// Empty the server's prefix cache before each level (`POST /flush_cache`; vLLM's
+    /// `/reset_prefix_cache`).
+    #[arg(long)]
+    flush_cache: bool,
+    /// Latency objectives for goodput, in ms: ttft:MS tpot:MS e2e:MS (any of them).
+    #[arg(long, num_args = 1.., value_name = "KEY:MS")]
+    goodput: Vec<String>,
 }
 
 #[derive(Args)]
@@ -179,6 +196,13 @@ pub struct MockArgs {
     /// server does.
     #[arg(long, value_name = "TOKENS")]
     spec_accept_length: Option<f64>,
+    /// Serve `/metrics` with counters in specula's names (a prompt seen since the last flush
+    /// counts as cached).
+    #[arg(long)]
+    metrics: bool,
+    /// Serve `POST /flush_cache`.
+    #[arg(long)]
+    flush_cache: bool,
 }
 
 impl MockArgs {
@@ -202,6 +226,8 @@ impl MockArgs {
             default_max_tokens: 16,
             spec_accept_length: self.spec_accept_length,
             api_key: self.require_api_key.clone(),
+            metrics: self.metrics,
+            flush_cache: self.flush_cache,
         };
         cfg.validate().map_err(|e| anyhow!("mock server: {e}"))?;
         Ok(cfg)
@@ -261,6 +287,15 @@ impl RunArgs {
             })
             .collect::<Result<_, _>>()?;
         let dataset = DatasetSpec::parse(&self.dataset).map_err(|e| anyhow!("--dataset {e}"))?;
+        let goodput = if self.goodput.is_empty() {
+            None
+        } else {
+            let slo = Objectives::parse(&self.goodput).map_err(|e| anyhow!("--goodput {e}"))?;
+            if slo.needs_streaming() && self.no_stream {
+                bail!("--goodput ttft and tpot are measured on streams: drop --no-stream");
+            }
+            Some(slo)
+        };
         Ok(BenchConfig {
             base_url: base_url.trim_end_matches('/').to_string(),
             model: self.model.clone(),
@@ -283,6 +318,10 @@ impl RunArgs {
             headers,
             api_key: self.api_key.clone().filter(|k| !k.is_empty()),
             keep_alive: !self.no_keep_alive,
+            reuse_prompts: self.reuse_prompts,
+            first_slice: self.first_slice,
+            flush_cache: self.flush_cache,
+            goodput,
         })
     }
 }
@@ -293,10 +332,10 @@ pub async fn run_bench(args: &RunArgs, base_url: Option<String>) -> Result<(), F
     for path in [&args.output, &args.csv, &args.plot].into_iter().flatten() {
         check_writable(path)?;
     }
-    let dataset = load_dataset(&cfg).await?;
+    let dataset = Arc::new(load_dataset(&cfg).await?);
     let display = args.display();
     let mut stdout = std::io::stdout();
-    let report = match run_sweep(&cfg, &dataset, &mut stdout, display).await {
+    let report = match run_sweep(&cfg, dataset, &mut stdout, display).await {
         Ok(r) => r,
         Err(e) => {
             return Err(Failure {
@@ -352,7 +391,11 @@ pub async fn load_dataset(cfg: &BenchConfig) -> Result<Dataset, Failure> {
         ),
         other => other.clone(),
     };
-    let needed = cfg.requests_per_level.max(cfg.warmup_requests);
+    // Generated sets are made large enough that no prompt repeats.
+    let needed = cfg
+        .prompt_plan(0)
+        .needed(cfg.concurrency.len())
+        .max(cfg.warmup_requests);
     Ok(Dataset::load(&spec, cfg.seed, needed)?)
 }
 

@@ -17,6 +17,7 @@ use bench::{BenchConfig, BenchError, RunReport, Sweep};
 use clap::{Args, Parser};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct DemoArgs {
@@ -214,7 +215,7 @@ async fn compare_spec(args: &DemoArgs, flags: &RunArgs) -> Result<(), Failure> {
         .algorithm()
         .map_err(|error| Failure { code: 2, error })?;
     let cfg = flags.config(Some("http://127.0.0.1".into()))?;
-    let dataset = load_dataset(&cfg).await?;
+    let dataset = Arc::new(load_dataset(&cfg).await?);
     let model_path = args.model_path().await?;
     let base_serve = args.serve_config(model_path.clone(), None)?;
     let cand_serve = args.serve_config(model_path, Some(algorithm))?;
@@ -239,7 +240,7 @@ async fn compare_spec(args: &DemoArgs, flags: &RunArgs) -> Result<(), Failure> {
     let result = alternate(
         flags,
         &cfg,
-        &dataset,
+        dataset,
         [&base, &cand],
         &cand_label,
         &cand_about,
@@ -266,7 +267,7 @@ async fn compare_spec(args: &DemoArgs, flags: &RunArgs) -> Result<(), Failure> {
 async fn alternate(
     flags: &RunArgs,
     cfg: &BenchConfig,
-    dataset: &Dataset,
+    dataset: Arc<Dataset>,
     [base, cand]: [&Running; 2],
     cand_label: &str,
     cand_about: &str,
@@ -278,7 +279,7 @@ async fn alternate(
         ..cfg.clone()
     };
     println!("\n== baseline: no speculation");
-    let mut base = Sweep::start(&side(base), dataset, &mut out, display)
+    let mut base = Sweep::start(&side(base), Arc::clone(&dataset), &mut out, display)
         .await
         .map_err(bench_failure)?;
     println!("== {cand_label}: {cand_about}");

@@ -428,6 +428,9 @@ fn bad_flags_get_a_one_line_error() {
         &["--dataset", "random:0"],
         &["--header", "novalue"],
         &["--timeout=0"],
+        &["--goodput", "ttft"],
+        &["--goodput", "itl:5"],
+        &["--goodput", "ttft:100", "--no-stream"],
     ] {
         let out = bench("http://127.0.0.1:9", args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
@@ -543,6 +546,201 @@ fn completions_endpoint_without_streaming() {
     assert_eq!(r["completion_tokens"], 7);
     assert!(r["ttft_s"].is_null(), "no TTFT without streaming");
     assert_eq!(run["config"]["endpoint"], "completions");
+}
+
+/// What the mock received, one letter per event: `p` a prompt, `F` a cache flush, `m` a
+/// metrics read; and the prompts in order.
+fn mock_log(mock: &Mock) -> (String, Vec<String>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let events: Vec<Value> = rt.block_on(async {
+        reqwest::get(format!("{}/mock/log", mock.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    let shape = events
+        .iter()
+        .map(|e| match e["kind"].as_str().unwrap() {
+            "prompt" => 'p',
+            "flush" => 'F',
+            _ => 'm',
+        })
+        .collect();
+    let prompts = events
+        .iter()
+        .filter_map(|e| e["text"].as_str().map(str::to_string))
+        .collect();
+    (shape, prompts)
+}
+
+#[test]
+fn levels_send_their_own_prompts_flush_read_server_counters_and_report_goodput() {
+    let mock = Mock::start(&[
+        "--tokens-per-second",
+        "4000",
+        "--ttft-ms",
+        "1",
+        "--metrics",
+        "--flush-cache",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("run.json");
+    let csv = dir.path().join("run.csv");
+    let out = bench(
+        &mock.url,
+        &[
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "4",
+            "--max-tokens",
+            "5",
+            "--warmup-requests",
+            "1",
+            "--flush-cache",
+            "--goodput",
+            "ttft:10000",
+            "e2e:60000",
+            "--verbose",
+            "--output",
+            json.to_str().unwrap(),
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+    );
+    assert_success(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains("  Prompts: each level sends its own 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  Server metrics: /metrics (specula names)"),
+        "{text}"
+    );
+    let levels: Vec<&str> = text.lines().filter(|l| l.starts_with("  C=")).collect();
+    assert_eq!(levels.len(), 2, "{text}");
+    assert!(
+        levels.iter().all(|l| l.ends_with(" req/s (100%)")),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("      server (specula): cache hit 0.0% (")
+            .count(),
+        2,
+        "{text}"
+    );
+    // A metrics read at start; per level a flush, a read, its prompts, a read.
+    let (shape, prompts) = mock_log(&mock);
+    assert_eq!(shape, "mpFmppppmFmppppm");
+    let unique: std::collections::HashSet<&String> = prompts.iter().collect();
+    assert_eq!(unique.len(), 9, "no prompt sent twice");
+
+    let run = load(&json);
+    assert_eq!(run["config"]["flush_cache"], true);
+    assert_eq!(run["config"]["goodput"]["ttft_ms"], 10000.0);
+    for level in run["levels"].as_array().unwrap() {
+        let stats = &level["stats"];
+        assert_eq!(stats["repeated_prompts"], 0);
+        assert_eq!(stats["goodput"]["good"], 4);
+        assert_eq!(stats["server"]["server"], "specula");
+        assert_eq!(stats["server"]["generation_tokens"], 20);
+        assert_eq!(stats["server"]["cache_hit_rate"], 0.0);
+    }
+    let table = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        table
+            .lines()
+            .next()
+            .unwrap()
+            .contains(",goodput_req_s,goodput_share,")
+    );
+    assert!(table.lines().nth(1).unwrap().contains(",0,"), "{table}");
+
+    // The same prompts at every level, no flush: the second level is served from the cache.
+    let again = Mock::start(&["--tokens-per-second", "4000", "--ttft-ms", "1", "--metrics"]);
+    let out = bench(
+        &again.url,
+        &[
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "4",
+            "--max-tokens",
+            "5",
+            "--warmup-requests",
+            "1",
+            "--reuse-prompts",
+            "--verbose",
+        ],
+    );
+    assert_success(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains("Prompts: the same 4 at every level (--reuse-prompts)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("      server (specula): cache hit 100.0% ("),
+        "{text}"
+    );
+    assert!(
+        text.contains("      4 of 4 prompts were sent earlier in the run"),
+        "{text}"
+    );
+    let (_, prompts) = mock_log(&again);
+    assert_eq!(prompts[1..5].len(), 4);
+    let mut first: Vec<&String> = prompts[1..5].iter().collect();
+    let mut second: Vec<&String> = prompts[5..9].iter().collect();
+    first.sort();
+    second.sort();
+    assert_eq!(first, second);
+}
+
+#[test]
+fn a_first_slice_continues_a_sweep_run_a_level_per_invocation() {
+    let mock = Mock::start(&["--tokens-per-second", "4000", "--ttft-ms", "1"]);
+    let one = |slice: &str| {
+        let out = bench(
+            &mock.url,
+            &[
+                "--concurrency",
+                "1",
+                "--requests-per-level",
+                "3",
+                "--max-tokens",
+                "3",
+                "--warmup-requests",
+                "0",
+                "--first-slice",
+                slice,
+            ],
+        );
+        assert_success(&out);
+    };
+    one("0");
+    one("1");
+    let whole = Mock::start(&["--tokens-per-second", "4000", "--ttft-ms", "1"]);
+    let out = bench(
+        &whole.url,
+        &[
+            "--concurrency",
+            "1,1",
+            "--requests-per-level",
+            "3",
+            "--max-tokens",
+            "3",
+            "--warmup-requests",
+            "0",
+        ],
+    );
+    assert_success(&out);
+    assert_eq!(mock_log(&mock).1, mock_log(&whole).1);
 }
 
 #[test]

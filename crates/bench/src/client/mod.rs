@@ -28,6 +28,16 @@ pub enum ClientError {
     Unreachable { url: String, message: String },
 }
 
+/// What asking the server to empty its prefix cache did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlushOutcome {
+    Flushed,
+    /// The server has no route for it.
+    Unsupported,
+    /// The server refused or failed (the message says how).
+    Refused(String),
+}
+
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
@@ -103,6 +113,67 @@ impl Client {
                     .collect()
             })
             .unwrap_or_default())
+    }
+
+    /// `GET /metrics` as text; None when the server has none or cannot answer within 10 s.
+    pub async fn metrics_text(&self) -> Option<String> {
+        let resp = self
+            .http
+            .get(format!("{}/metrics", self.base_url))
+            .timeout(Duration::from_secs(10).min(self.timeout))
+            .send()
+            .await
+            .ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        // A metrics page is small; a body past 16 MiB is not one.
+        let bytes = resp.bytes().await.ok()?;
+        (bytes.len() <= 16 << 20).then(|| String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Empties the server's prefix cache: SGLang's and specula's `POST /flush_cache`, else vLLM's
+    /// `POST /reset_prefix_cache`. A server still finishing the last requests refuses (400);
+    /// that is retried for up to five seconds.
+    pub async fn flush_cache(&self) -> FlushOutcome {
+        const ROUTES: [&str; 2] = ["/flush_cache", "/reset_prefix_cache"];
+        const TRIES: usize = 25;
+        let mut refused = String::new();
+        for route in ROUTES {
+            for attempt in 0..TRIES {
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                let sent = self
+                    .http
+                    .post(format!("{}{route}", self.base_url))
+                    .timeout(Duration::from_secs(30).min(self.timeout))
+                    .send()
+                    .await;
+                let resp = match sent {
+                    Ok(r) => r,
+                    Err(e) => return FlushOutcome::Refused(error_chain(&e)),
+                };
+                let status = resp.status();
+                if status.is_success() {
+                    return FlushOutcome::Flushed;
+                }
+                // No such route here: try the next spelling.
+                if matches!(status.as_u16(), 404 | 405 | 501) {
+                    break;
+                }
+                let text = resp.text().await.unwrap_or_default();
+                refused = format!(
+                    "{route}: HTTP {}: {}",
+                    status.as_u16(),
+                    error_message(&text)
+                );
+            }
+            if !refused.is_empty() {
+                return FlushOutcome::Refused(refused);
+            }
+        }
+        FlushOutcome::Unsupported
     }
 
     /// Sends one prepared request body and records what happened. Never fails: a failure is

@@ -2,6 +2,7 @@
 
 mod arrivals;
 mod file;
+mod plan;
 mod random;
 mod rewrite;
 mod shared_prefix;
@@ -9,6 +10,7 @@ mod synthetic;
 
 pub use arrivals::poisson_offsets;
 pub use file::{LoadNote, load_file, parse_jsonl, parse_sharegpt};
+pub use plan::PromptPlan;
 
 use crate::config::DatasetSpec;
 use protocol::ChatMessage;
@@ -115,16 +117,9 @@ impl Dataset {
         })
     }
 
-    /// The prompt of the `i`th measured request of a level (the same at every level).
-    pub fn request_prompt(&self, i: usize) -> &Prompt {
-        &self.prompts[i % self.prompts.len()]
-    }
-
-    /// The prompt of the `i`th warm-up request, taken from the end so it differs from the first
-    /// measured ones where the set is large enough (warming a prefix cache would flatter C=1).
-    pub fn warmup_prompt(&self, i: usize) -> &Prompt {
-        let n = self.prompts.len();
-        &self.prompts[n - 1 - (i % n)]
+    /// The prompt at a position of the seeded order, which wraps round (see [`PromptPlan`]).
+    pub fn prompt(&self, position: usize) -> &Prompt {
+        &self.prompts[position % self.prompts.len()]
     }
 }
 
@@ -166,7 +161,7 @@ mod tests {
     fn random_makes_enough_prompts() {
         let d = Dataset::load(&DatasetSpec::Random { input_tokens: 64 }, 1, 40).unwrap();
         assert_eq!(d.prompts.len(), 40);
-        assert_eq!(d.request_prompt(41), &d.prompts[1]);
+        assert_eq!(d.prompt(41), &d.prompts[1]);
     }
 
     #[test]

@@ -1,5 +1,9 @@
 //! A mock OpenAI server: streams real SSE chunks (with `usage`) at a set pace, and on request
 //! misbehaves in the ways real servers do, so the benchmark can be tested and measured alone.
+//! It records what it receives ([`ledger`]): `GET /mock/log` lists it, and with the options on it
+//! serves `/metrics` and `/flush_cache` as specula does.
+
+pub mod ledger;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -8,6 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
+use ledger::{Ledger, MockCounters, MockEvent};
 use protocol::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChunkChoice, Completion,
     CompletionChoice, Delta, ErrorResponse, ModelCard, ModelList, Usage,
@@ -15,8 +20,8 @@ use protocol::{
 use serde::Serialize;
 use serde_json::Value;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::time::{Instant, sleep_until};
@@ -62,6 +67,10 @@ pub struct MockConfig {
     /// When set, generation requests must carry `Authorization: Bearer <key>` (else 401).
     #[serde(skip)]
     pub api_key: Option<String>,
+    /// Serve `/metrics` with the ledger's counters in specula's names.
+    pub metrics: bool,
+    /// Serve `POST /flush_cache` (empties the simulated prefix cache).
+    pub flush_cache: bool,
 }
 
 impl Default for MockConfig {
@@ -79,6 +88,8 @@ impl Default for MockConfig {
             default_max_tokens: 16,
             spec_accept_length: None,
             api_key: None,
+            metrics: false,
+            flush_cache: false,
         }
     }
 }
@@ -108,20 +119,60 @@ impl MockConfig {
 struct Shared {
     cfg: MockConfig,
     requests: AtomicU64,
+    ledger: Mutex<Ledger>,
+}
+
+impl Shared {
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        // A panic while recording leaves the ledger as consistent as any other moment.
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A mock started in this process: its address, and what it has seen so far.
+#[derive(Clone)]
+pub struct MockHandle {
+    pub addr: SocketAddr,
+    state: Arc<Shared>,
+}
+
+impl MockHandle {
+    pub fn events(&self) -> Vec<MockEvent> {
+        self.state.ledger().events.clone()
+    }
+
+    pub fn counters(&self) -> MockCounters {
+        self.state.ledger().counters
+    }
 }
 
 /// Serves until the process ends.
 pub async fn serve(listener: TcpListener, cfg: MockConfig) -> std::io::Result<()> {
-    let state = Arc::new(Shared {
+    serve_state(listener, shared(cfg)).await
+}
+
+fn shared(cfg: MockConfig) -> Arc<Shared> {
+    Arc::new(Shared {
         cfg,
         requests: AtomicU64::new(0),
-    });
-    let app = Router::new()
+        ledger: Mutex::new(Ledger::default()),
+    })
+}
+
+async fn serve_state(listener: TcpListener, state: Arc<Shared>) -> std::io::Result<()> {
+    let mut app = Router::new()
         .route("/health", get(|| async { "ok" }))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
-        .with_state(state);
+        .route("/mock/log", get(log));
+    if state.cfg.metrics {
+        app = app.route("/metrics", get(metrics));
+    }
+    if state.cfg.flush_cache {
+        app = app.route("/flush_cache", post(flush_cache));
+    }
+    let app = app.with_state(state);
     // Without TCP_NODELAY, Nagle's algorithm holds the first token behind the role chunk until
     // the client's delayed ACK (~40 ms), which would distort every TTFT measured against the mock.
     let listener = listener.tap_io(|tcp| {
@@ -134,14 +185,34 @@ pub async fn serve(listener: TcpListener, cfg: MockConfig) -> std::io::Result<()
 
 /// Starts a mock on a free loopback port in this process; returns its address.
 pub async fn spawn(cfg: MockConfig) -> std::io::Result<SocketAddr> {
+    Ok(spawn_handle(cfg).await?.addr)
+}
+
+/// Starts a mock on a free loopback port in this process; returns its handle.
+pub async fn spawn_handle(cfg: MockConfig) -> std::io::Result<MockHandle> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
+    let state = shared(cfg);
+    let served = Arc::clone(&state);
     tokio::spawn(async move {
-        if let Err(e) = serve(listener, cfg).await {
+        if let Err(e) = serve_state(listener, served).await {
             tracing::error!("mock server stopped: {e}");
         }
     });
-    Ok(addr)
+    Ok(MockHandle { addr, state })
+}
+
+async fn log(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    axum::Json(s.ledger().events.clone())
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    s.ledger().metrics()
+}
+
+async fn flush_cache(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    s.ledger().flush();
+    axum::Json(serde_json::json!({ "message": "Cache flushed." }))
 }
 
 async fn models(State(s): State<Arc<Shared>>) -> impl IntoResponse {
@@ -243,6 +314,13 @@ async fn generate(s: Arc<Shared>, headers: &HeaderMap, body: Bytes, kind: Kind) 
     } else {
         Fault::None
     };
+    let (tokens, finish) = answer_length(cfg, &req);
+    s.ledger().request(
+        prompt_text(&req),
+        prompt_words(&req),
+        (fault != Fault::Http500).then_some(tokens),
+        cfg.spec_accept_length.is_some(),
+    );
     match fault {
         Fault::Http500 => {
             return error(StatusCode::INTERNAL_SERVER_ERROR, "mock: injected failure");
@@ -253,17 +331,6 @@ async fn generate(s: Arc<Shared>, headers: &HeaderMap, body: Bytes, kind: Kind) 
         }
         _ => {}
     }
-    let max_tokens = req["max_tokens"]
-        .as_u64()
-        .or_else(|| req["max_completion_tokens"].as_u64())
-        .map_or(cfg.default_max_tokens, |n| {
-            n.min(u64::from(u32::MAX)) as u32
-        });
-    let ignore_eos = req["ignore_eos"].as_bool().unwrap_or(false);
-    let (tokens, finish) = match cfg.eos_after {
-        Some(n) if !ignore_eos && n < max_tokens => (n, "stop"),
-        _ => (max_tokens, "length"),
-    };
     let spread = f64::from(((k * 37) % 100) as u32) / 99.0;
     let ttft = (cfg.ttft_ms + cfg.ttft_jitter_ms * spread) / 1000.0;
     let plan = Plan {
@@ -284,6 +351,35 @@ async fn generate(s: Arc<Shared>, headers: &HeaderMap, body: Bytes, kind: Kind) 
     } else {
         sleep_until(plan.token_due(plan.tokens.saturating_sub(1))).await;
         whole_response(&plan, cfg.usage)
+    }
+}
+
+/// How many tokens the answer has, and why it ends: `max_tokens`, or `eos_after` unless the
+/// request ignores EOS.
+fn answer_length(cfg: &MockConfig, req: &Value) -> (u32, &'static str) {
+    let max_tokens = req["max_tokens"]
+        .as_u64()
+        .or_else(|| req["max_completion_tokens"].as_u64())
+        .map_or(cfg.default_max_tokens, |n| {
+            n.min(u64::from(u32::MAX)) as u32
+        });
+    let ignore_eos = req["ignore_eos"].as_bool().unwrap_or(false);
+    match cfg.eos_after {
+        Some(n) if !ignore_eos && n < max_tokens => (n, "stop"),
+        _ => (max_tokens, "length"),
+    }
+}
+
+/// The prompt as the ledger records it: the messages' contents joined by newlines, or the
+/// completion prompt.
+fn prompt_text(req: &Value) -> String {
+    match req.get("messages").and_then(Value::as_array) {
+        Some(msgs) => msgs
+            .iter()
+            .filter_map(|m| m["content"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => req["prompt"].as_str().unwrap_or_default().to_string(),
     }
 }
 
