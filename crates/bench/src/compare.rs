@@ -38,6 +38,8 @@ pub struct LevelComparison {
     /// The servers' counters over the level, where they export them.
     pub base_server: Option<ServerDeltas>,
     pub cand_server: Option<ServerDeltas>,
+    /// Whether both runs sent the same prompts at this level (None: a run did not record them).
+    pub same_prompts: Option<bool>,
 }
 
 /// Where the candidate stops being faster (throughput ratio above 1).
@@ -59,6 +61,9 @@ pub struct Comparison {
     pub cand: String,
     pub levels: Vec<LevelComparison>,
     pub crossover: Option<Crossover>,
+    /// What makes the pairing doubtful: different prompts at some level, different goodput
+    /// objectives.
+    pub notes: Vec<String>,
 }
 
 /// Compares the levels both runs have, in increasing concurrency.
@@ -88,11 +93,29 @@ pub fn compare(
     }
     levels.sort_by_key(|l| l.concurrency);
     let crossover = crossover(&levels);
+    let mut notes = Vec::new();
+    let unpaired: Vec<String> = levels
+        .iter()
+        .filter(|l| l.same_prompts == Some(false))
+        .map(|l| format!("C={}", l.concurrency))
+        .collect();
+    if !unpaired.is_empty() {
+        notes.push(format!(
+            "the runs sent different prompts at {} (another seed, dataset, warm-up size or list of levels): those ratios compare different workloads",
+            unpaired.join(", ")
+        ));
+    }
+    if base.config.goodput != cand.config.goodput {
+        notes.push(
+            "the runs' goodput objectives differ: their goodput figures do not compare".into(),
+        );
+    }
     Comparison {
         base: base_label.to_string(),
         cand: cand_label.to_string(),
         levels,
         crossover,
+        notes,
     }
 }
 
@@ -129,6 +152,11 @@ fn compare_level(
             .map(|(b, c)| ratio(c.request_rate, b.request_rate)),
         base_server: b.server.clone(),
         cand_server: c.server.clone(),
+        same_prompts: b
+            .prompts_digest
+            .as_ref()
+            .zip(c.prompts_digest.as_ref())
+            .map(|(b, c)| b == c),
     }
 }
 
@@ -255,11 +283,18 @@ pub fn render(cmp: &Comparison) -> String {
             }
         };
         let goodput = match (l.base_goodput, l.cand_goodput, l.goodput_ratio) {
-            (Some(b), Some(c), Some(r)) => format!(
-                " | goodput x{r:.2} ({:.0}% -> {:.0}%)",
-                b.share * 100.0,
-                c.share * 100.0
-            ),
+            (Some(b), Some(c), Some(r)) => {
+                let r = if r.is_finite() {
+                    format!("x{r:.2}")
+                } else {
+                    "n/a".into()
+                };
+                format!(
+                    " | goodput {r} ({:.0}% -> {:.0}%)",
+                    b.share * 100.0,
+                    c.share * 100.0
+                )
+            }
             _ => String::new(),
         };
         let _ = writeln!(
@@ -283,6 +318,9 @@ pub fn render(cmp: &Comparison) -> String {
         }
     }
     s.push('\n');
+    for note in &cmp.notes {
+        let _ = writeln!(s, "  Note: {note}");
+    }
     let line = match cmp.crossover {
         None => "  Crossover: the runs share no concurrency level.".to_string(),
         Some(Crossover::AlwaysWins) => {
@@ -427,6 +465,7 @@ mod tests {
                     goodput_ratio: None,
                     base_server: None,
                     cand_server: None,
+                    same_prompts: None,
                 })
                 .collect()
         };
@@ -495,6 +534,35 @@ mod tests {
             lines[row + 1],
             "        server: cache hit n/a -> 25.0% | preemptions n/a -> 3"
         );
+    }
+
+    #[test]
+    fn levels_that_sent_different_prompts_are_named() {
+        let mut base = run(vec![level(1, &[100; 4], 1.0), level(2, &[100; 4], 1.0)]);
+        let mut cand = base.clone();
+        let text = render(&compare(&base, "b", &cand, "c"));
+        assert!(!text.contains("Note:"), "{text}");
+        for (run, digests) in [(&mut base, ["a", "b"]), (&mut cand, ["a", "x"])] {
+            for (level, d) in run.levels.iter_mut().zip(digests) {
+                level.stats.prompts_digest = Some(d.into());
+            }
+        }
+        let cmp = compare(&base, "b", &cand, "c");
+        assert_eq!(
+            cmp.levels
+                .iter()
+                .map(|l| l.same_prompts)
+                .collect::<Vec<_>>(),
+            [Some(true), Some(false)]
+        );
+        let text = render(&cmp);
+        assert!(
+            text.contains("  Note: the runs sent different prompts at C=2 ("),
+            "{text}"
+        );
+        cand.config.goodput = Some(crate::goodput::Objectives::parse(&["ttft:5"]).unwrap());
+        let text = render(&compare(&base, "b", &cand, "c"));
+        assert!(text.contains("goodput objectives differ"), "{text}");
     }
 
     #[test]

@@ -126,6 +126,9 @@ pub fn header(cfg: &BenchConfig, model: &str, dataset: &str) -> String {
             "  Request rate: {rate} req/s (Poisson), capped by concurrency"
         );
     }
+    if let Some(slo) = &cfg.goodput {
+        let _ = writeln!(s, "  Goodput objectives: {slo}");
+    }
     s
 }
 
@@ -138,7 +141,16 @@ pub fn prompt_lines(plan: &PromptPlan, cfg: &BenchConfig) -> (String, Option<Str
             "Prompts: the same {} at every level (--reuse-prompts); the warm-up sends {} others",
             plan.per_level, plan.warmup
         );
-        return (line, None);
+        let note = (plan.needed(1) > plan.dataset).then(|| {
+            format!(
+                "the dataset has {} prompts, fewer than the warm-up and one level need ({}): {} of each level's prompts repeat, some prompts are sent {} times",
+                plan.dataset,
+                plan.needed(1),
+                plan.repeated(0),
+                plan.max_sends(levels)
+            )
+        });
+        return (line, note);
     }
     let from = if plan.first_slice > 0 {
         format!(", starting at slice {}", plan.first_slice)
@@ -246,7 +258,7 @@ pub fn verbose_lines(s: &LevelStats) -> String {
     out
 }
 
-const CSV_HEADER: [&str; 33] = [
+const CSV_HEADER: [&str; 35] = [
     "concurrency",
     "requests",
     "ok",
@@ -276,7 +288,9 @@ const CSV_HEADER: [&str; 33] = [
     "server_prompt_tokens",
     "server_cached_tokens",
     "server_cache_hit_rate",
+    "server_generation_tokens",
     "server_preemptions",
+    "server_spec_verifications",
     "server_spec_draft_tokens",
     "server_spec_accepted_tokens",
     "server_rejected_requests",
@@ -327,7 +341,9 @@ pub fn write_csv(report: &RunReport, path: &Path) -> Result<(), ReportError> {
             server
                 .cache_hit_rate
                 .map_or(String::new(), |r| format!("{r:.4}")),
+            count(server.generation_tokens),
             count(server.preemptions),
+            count(server.spec_verifications),
             count(server.spec_draft_tokens),
             count(server.spec_accepted_tokens),
             count(server.rejected_requests),
@@ -406,7 +422,7 @@ mod tests {
         assert!(lines[0].contains(",errors,spec_accept_length,repeated_prompts,goodput_req_s,"));
         assert!(lines[0].ends_with(",server_rejected_requests"));
         assert!(
-            lines[1].ends_with(",1,,0,,,,,,,,,"),
+            lines[1].ends_with(",1,,0,,,,,,,,,,,"),
             "one error, no accept length, no repeats, goodput or server figures: {}",
             lines[1]
         );

@@ -58,13 +58,14 @@ pub struct Sweep {
     plan: PromptPlan,
     offsets: Option<Vec<f64>>,
     display: Display,
-    /// Whether `/metrics` speaks a dialect [`ServerDeltas`] reads (probed at start).
+    /// Whether the server answers `/metrics` (probed at start).
     server_metrics: bool,
     notes: Vec<String>,
     levels: Vec<LevelReport>,
     told_no_usage: bool,
     told_mismatch: bool,
-    told_no_flush: bool,
+    /// `--flush-cache` met a server that cannot flush: not asked again.
+    flush_given_up: bool,
 }
 
 impl Sweep {
@@ -87,10 +88,12 @@ impl Sweep {
         let plan = cfg.prompt_plan(dataset.prompts.len());
         let mut notes = dataset.notes.clone();
         let (prompts_line, reuse_note) = prompt_lines(&plan, cfg);
-        let metrics = match client.metrics_text().await {
-            Some(text) => ServerDeltas::between(&Scrape::new(), &parse_metrics(&text)),
-            None => None,
-        };
+        // Any `/metrics` page is read around every level: the names it speaks may only show up
+        // once requests have run.
+        let metrics_page = client.metrics_text().await;
+        let metrics = metrics_page
+            .as_deref()
+            .and_then(|text| ServerDeltas::between(&Scrape::new(), &parse_metrics(text)));
         say(out, &header(cfg, &model, &dataset.name))?;
         say(out, &format!("  {prompts_line}\n"))?;
         if let Some(d) = &metrics {
@@ -125,12 +128,12 @@ impl Sweep {
             plan,
             offsets,
             display,
-            server_metrics: metrics.is_some(),
+            server_metrics: metrics_page.is_some(),
             notes,
             levels: Vec::with_capacity(cfg.concurrency.len()),
             told_no_usage: false,
             told_mismatch: false,
-            told_no_flush: false,
+            flush_given_up: false,
         })
     }
 
@@ -165,6 +168,7 @@ impl Sweep {
         let mut stats = LevelStats::compute(c, &records);
         stats.client_cpu_s = client_cpu_s;
         stats.repeated_prompts = self.plan.repeated(index);
+        stats.prompts_digest = Some(self.dataset.digest(self.plan.level_positions(index)));
         stats.goodput = self
             .cfg
             .goodput
@@ -189,28 +193,41 @@ impl Sweep {
         text
     }
 
-    /// Asks the server to empty its prefix cache; returns the note to print, if any.
+    /// Asks the server to empty its prefix cache; returns the note to print, if any. A server
+    /// without the route, or one that refuses for good (its cache is off, the key lacks the
+    /// rights), is told once and not asked again.
     async fn flush(&mut self, c: usize) -> String {
-        match self.client.flush_cache().await {
-            FlushOutcome::Flushed => String::new(),
-            FlushOutcome::Unsupported if self.told_no_flush => String::new(),
+        if self.flush_given_up {
+            return String::new();
+        }
+        let (kind, note) = match self.client.flush_cache().await {
+            FlushOutcome::Flushed => return String::new(),
             FlushOutcome::Unsupported => {
-                self.told_no_flush = true;
-                let note = "the server has no /flush_cache (nor vLLM's /reset_prefix_cache): --flush-cache cannot empty its cache, levels run without it".to_string();
-                let text = format!("      note: {note}\n");
-                self.notes.push(note);
-                text
+                self.flush_given_up = true;
+                (
+                    "note",
+                    "the server has no /flush_cache (nor vLLM's /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1): --flush-cache cannot empty its cache, levels run without it".to_string(),
+                )
             }
             FlushOutcome::Refused(why) => {
-                let note = format!("C={c}: the server did not flush its cache: {why}");
-                let text = format!("      warning: {note}\n");
-                self.notes.push(note);
-                text
+                self.flush_given_up = true;
+                (
+                    "warning",
+                    format!(
+                        "the server refused to flush its cache ({why}): levels run without flushing"
+                    ),
+                )
             }
-        }
+            FlushOutcome::Busy(why) => (
+                "warning",
+                format!("C={c}: the server was still busy, its cache was not flushed: {why}"),
+            ),
+        };
+        self.notes.push(note.clone());
+        format!("      {kind}: {note}\n")
     }
 
-    /// The server's counters now, where it exports ones we read.
+    /// The server's counters now, where it has a metrics page.
     async fn scrape(&self) -> Option<Scrape> {
         if !self.server_metrics {
             return None;

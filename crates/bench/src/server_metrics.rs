@@ -9,41 +9,59 @@ use std::collections::BTreeMap;
 /// engine, specula and SGLang label cached tokens by tier).
 pub type Scrape = BTreeMap<String, f64>;
 
-/// Parses the Prometheus text exposition. Comments and lines that do not parse are skipped;
-/// at most `MAX_SAMPLES` names are kept, so a hostile or huge page stays bounded.
+/// Parses the Prometheus text exposition. A `# TYPE NAME counter` line declares the counter at 0
+/// (a Python client shows a labelled counter's family before any sample exists: SGLang's cached
+/// tokens stay so until the first cache hit). Other comments, exemplars and lines that do not
+/// parse are skipped; at most `MAX_SAMPLES` names are kept, so a hostile or huge page stays
+/// bounded.
 pub fn parse(text: &str) -> Scrape {
     const MAX_SAMPLES: usize = 100_000;
     let mut out = Scrape::new();
     for line in text.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let name_end = line
-            .find(|c: char| c == '{' || c.is_whitespace())
-            .unwrap_or(line.len());
-        let (name, rest) = line.split_at(name_end);
-        let rest = match rest.strip_prefix('{') {
-            // Label values may hold spaces but not an unescaped `}` followed by the value.
-            Some(labels) => match labels.rfind('}') {
-                Some(end) => &labels[end + 1..],
+        let (name, value) = match line.strip_prefix('#') {
+            Some(comment) => match comment.split_whitespace().collect::<Vec<_>>()[..] {
+                ["TYPE", name, "counter"] => (name, 0.0),
+                _ => continue,
+            },
+            None => match sample(line) {
+                Some(s) => s,
                 None => continue,
             },
-            None => rest,
         };
-        // The value, then an optional timestamp.
-        let Some(value) = rest.split_whitespace().next().and_then(|v| v.parse().ok()) else {
-            continue;
-        };
-        let value: f64 = value;
-        if name.is_empty() || !value.is_finite() {
-            continue;
-        }
         if out.len() >= MAX_SAMPLES && !out.contains_key(name) {
             continue;
         }
         *out.entry(name.to_string()).or_insert(0.0) += value;
     }
     out
+}
+
+/// One sample line: `name{labels} value [timestamp] [# exemplar]`.
+fn sample(line: &str) -> Option<(&str, f64)> {
+    let name_end = line
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .unwrap_or(line.len());
+    let (name, mut rest) = line.split_at(name_end);
+    if let Some(labels) = rest.strip_prefix('{') {
+        rest = &labels[labels_end(labels)? + 1..];
+    }
+    let value: f64 = rest.split_whitespace().next()?.parse().ok()?;
+    (!name.is_empty() && value.is_finite()).then_some((name, value))
+}
+
+/// The index of the `}` that closes a label set, skipping quoted values (with `\` escapes).
+fn labels_end(labels: &str) -> Option<usize> {
+    let (mut quoted, mut escaped) = (false, false);
+    for (i, c) in labels.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '}' if !quoted => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The counters a level is read by.
@@ -158,7 +176,11 @@ pub struct ServerDeltas {
     /// Prompt tokens whose KV came from the prefix cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
-    /// cached tokens / prompt tokens looked up (vLLM: prefix-cache hits / queries).
+    /// Prompt tokens looked up in the prefix cache: vLLM's prefix-cache queries, else the
+    /// prompt tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_lookups: Option<u64>,
+    /// cached tokens / cache lookups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_hit_rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,8 +217,8 @@ impl ServerDeltas {
         };
         let prompt_tokens = delta(Counter::PromptTokens);
         let cached_tokens = delta(Counter::CachedTokens);
-        let looked_up = delta(Counter::CacheQueries).or(prompt_tokens);
-        let cache_hit_rate = match (cached_tokens, looked_up) {
+        let cache_lookups = delta(Counter::CacheQueries).or(prompt_tokens);
+        let cache_hit_rate = match (cached_tokens, cache_lookups) {
             (Some(hit), Some(all)) if all > 0 => Some(hit as f64 / all as f64),
             _ => None,
         };
@@ -204,6 +226,7 @@ impl ServerDeltas {
             server: dialect.server.to_string(),
             prompt_tokens,
             cached_tokens,
+            cache_lookups,
             cache_hit_rate,
             generation_tokens: delta(Counter::GenerationTokens),
             preemptions: delta(Counter::Preemptions),
@@ -222,18 +245,31 @@ impl ServerDeltas {
         }
     }
 
+    /// Tokens per verification pass from the counters: 1 + accepted / verifications (the
+    /// server-side counterpart of `usage.spec_accept_length`).
+    pub fn spec_accept_length(&self) -> Option<f64> {
+        match (self.spec_accepted_tokens, self.spec_verifications) {
+            (Some(a), Some(v)) if v > 0 => Some(1.0 + a as f64 / v as f64),
+            _ => None,
+        }
+    }
+
     /// The `--verbose` line's body: the figures present, e.g. `cache hit 42.0% (420 of 1000
     /// prompt tokens) | preemptions 0 | drafts 300, accepted 120 (40.0%) | rejected 0`.
     pub fn summary(&self) -> String {
         let mut parts = Vec::new();
-        match (self.cache_hit_rate, self.cached_tokens, self.prompt_tokens) {
+        match (self.cache_hit_rate, self.cached_tokens, self.cache_lookups) {
             (Some(rate), Some(hit), Some(all)) => parts.push(format!(
                 "cache hit {:.1}% ({hit} of {all} prompt tokens)",
                 rate * 100.0
             )),
             (Some(rate), _, _) => parts.push(format!("cache hit {:.1}%", rate * 100.0)),
-            (None, _, Some(all)) => parts.push(format!("prompt tokens {all}")),
             _ => {}
+        }
+        if self.cache_hit_rate.is_none()
+            && let Some(all) = self.prompt_tokens
+        {
+            parts.push(format!("prompt tokens {all}"));
         }
         if let Some(n) = self.preemptions {
             parts.push(format!("preemptions {n}"));
@@ -246,7 +282,10 @@ impl ServerDeltas {
                     .map_or(String::new(), |r| format!(" ({:.1}%)", r * 100.0));
                 format!(", accepted {a}{rate}")
             });
-            parts.push(format!("drafts {d}{accepted}"));
+            let length = self
+                .spec_accept_length()
+                .map_or(String::new(), |l| format!(", accept length {l:.2}"));
+            parts.push(format!("drafts {d}{accepted}{length}"));
         }
         if let Some(n) = self.rejected_requests {
             parts.push(format!("rejected {n}"));
@@ -276,12 +315,21 @@ specula:spec_accept_length_bucket{le=\"+Inf\"} 7\n";
         assert_eq!(s["specula:prompt_tokens_total"], 1000.0);
         assert_eq!(s["specula:cached_tokens_total"], 400.0);
         assert_eq!(s["specula:spec_accept_length_bucket"], 7.0);
-        let odd = parse(
-            "a{x=\"has space\",y=\"}\"} 2.5 1700000000\nb 1e3\nc NaN\nd\n{e=\"1\"} 3\nf{unclosed 4\n",
-        );
+        let odd = parse(concat!(
+            "a{x=\"has space\",y=\"}\"} 2.5 1700000000\n",
+            "b 1e3\nc NaN\nd\n{e=\"1\"} 3\nf{unclosed 4\n",
+            "g{q=\"say \\\"}\\\" twice\"} 7\n",
+            "h_total{a=\"b\"} 5 # {trace_id=\"t\"} 1.0 1700000000\n",
+        ));
         assert_eq!(odd.get("a"), Some(&2.5));
         assert_eq!(odd.get("b"), Some(&1000.0));
-        assert_eq!(odd.len(), 2, "{odd:?}");
+        assert_eq!(odd.get("g"), Some(&7.0), "escaped quotes inside a value");
+        assert_eq!(
+            odd.get("h_total"),
+            Some(&5.0),
+            "the exemplar is not the value"
+        );
+        assert_eq!(odd.len(), 4, "{odd:?}");
     }
 
     #[test]
@@ -331,19 +379,63 @@ specula:spec_accept_length_bucket{le=\"+Inf\"} 7\n";
 
         let vllm = |q: f64, h: f64, drafts: f64| {
             parse(&format!(
-                "vllm:prompt_tokens_total{{engine=\"0\"}} {q}\n\
+                "vllm:prompt_tokens_total{{engine=\"0\"}} {}\n\
                  vllm:prefix_cache_queries_total{{engine=\"0\"}} {q}\n\
                  vllm:prefix_cache_hits_total{{engine=\"0\"}} {h}\n\
                  vllm:spec_decode_num_draft_tokens_total{{engine=\"0\"}} {drafts}\n\
                  vllm:spec_decode_num_accepted_tokens_total{{engine=\"0\"}} {}\n",
+                q * 1.05,
                 drafts / 2.0
             ))
         };
         let d = ServerDeltas::between(&vllm(0.0, 0.0, 0.0), &vllm(200.0, 50.0, 80.0)).unwrap();
         assert_eq!(d.server, "vllm");
+        assert_eq!((d.prompt_tokens, d.cache_lookups), (Some(210), Some(200)));
         assert_eq!(d.cache_hit_rate, Some(0.25));
+        assert!(
+            d.summary()
+                .starts_with("cache hit 25.0% (50 of 200 prompt tokens)")
+        );
         assert_eq!(d.spec_acceptance(), Some(0.5));
         assert_eq!(d.preemptions, None);
+    }
+
+    #[test]
+    fn counters_declared_before_their_first_sample_read_as_zero() {
+        // A fresh SGLang: the families are declared, no sample exists yet.
+        let fresh = "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.\n\
+# TYPE sglang:prompt_tokens_total counter\n\
+# TYPE sglang:cached_tokens_total counter\n\
+# TYPE sglang:num_retracted_requests_total counter\n\
+# TYPE sglang:token_usage gauge\n";
+        let before = parse(fresh);
+        assert_eq!(
+            before.get("sglang:token_usage"),
+            None,
+            "gauges are not declared"
+        );
+        let after = parse(&format!(
+            "{fresh}sglang:prompt_tokens_total{{model_name=\"m\"}} 80\n"
+        ));
+        let d = ServerDeltas::between(&before, &after).unwrap();
+        assert_eq!(d.server, "sglang");
+        assert_eq!((d.prompt_tokens, d.cached_tokens), (Some(80), Some(0)));
+        assert_eq!((d.cache_hit_rate, d.preemptions), (Some(0.0), Some(0)));
+    }
+
+    #[test]
+    fn the_server_side_accept_length_counts_the_bonus_token() {
+        let d = ServerDeltas {
+            spec_verifications: Some(10),
+            spec_draft_tokens: Some(40),
+            spec_accepted_tokens: Some(15),
+            ..ServerDeltas::default()
+        };
+        assert_eq!(d.spec_accept_length(), Some(2.5));
+        assert_eq!(
+            d.summary(),
+            "drafts 40, accepted 15 (37.5%), accept length 2.50"
+        );
     }
 
     #[test]

@@ -87,6 +87,10 @@ pub struct LevelStats {
     /// slice per level, or `--reuse-prompts`).
     #[serde(default)]
     pub repeated_prompts: usize,
+    /// A digest of the prompts the level sent (in order), so that `compare` can tell whether two
+    /// runs' levels sent the same ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts_digest: Option<String>,
     /// Requests that met every `--goodput` objective, and their rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<Goodput>,
@@ -153,6 +157,7 @@ impl LevelStats {
             spec_accept_length: (!accept.is_empty()).then(|| mean(&accept)),
             spec_accept_reported: accept.len(),
             repeated_prompts: 0,
+            prompts_digest: None,
             goodput: None,
             server: None,
         }

@@ -296,7 +296,7 @@ impl RunArgs {
             }
             Some(slo)
         };
-        Ok(BenchConfig {
+        let cfg = BenchConfig {
             base_url: base_url.trim_end_matches('/').to_string(),
             model: self.model.clone(),
             max_tokens: self.max_tokens,
@@ -322,7 +322,11 @@ impl RunArgs {
             first_slice: self.first_slice,
             flush_cache: self.flush_cache,
             goodput,
-        })
+        };
+        cfg.prompt_plan(0)
+            .check(cfg.concurrency.len())
+            .map_err(|e| anyhow!(e))?;
+        Ok(cfg)
     }
 }
 

@@ -653,16 +653,18 @@ fn levels_send_their_own_prompts_flush_read_server_counters_and_report_goodput()
         assert_eq!(stats["server"]["cache_hit_rate"], 0.0);
     }
     let table = std::fs::read_to_string(&csv).unwrap();
-    assert!(
-        table
-            .lines()
-            .next()
-            .unwrap()
-            .contains(",goodput_req_s,goodput_share,")
-    );
-    assert!(table.lines().nth(1).unwrap().contains(",0,"), "{table}");
+    let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split(',').collect()).collect();
+    let column = |name: &str| rows[0].iter().position(|h| *h == name).unwrap();
+    for row in &rows[1..] {
+        assert_eq!(row[column("repeated_prompts")], "0", "{table}");
+        assert_eq!(row[column("goodput_share")], "1.0000", "{table}");
+        assert_eq!(row[column("server_generation_tokens")], "20", "{table}");
+        assert_eq!(row[column("server_cache_hit_rate")], "0.0000", "{table}");
+    }
+}
 
-    // The same prompts at every level, no flush: the second level is served from the cache.
+#[test]
+fn reused_prompts_are_served_from_the_cache_at_later_levels() {
     let again = Mock::start(&["--tokens-per-second", "4000", "--ttft-ms", "1", "--metrics"]);
     let out = bench(
         &again.url,
@@ -704,43 +706,43 @@ fn levels_send_their_own_prompts_flush_read_server_counters_and_report_goodput()
 
 #[test]
 fn a_first_slice_continues_a_sweep_run_a_level_per_invocation() {
-    let mock = Mock::start(&["--tokens-per-second", "4000", "--ttft-ms", "1"]);
-    let one = |slice: &str| {
-        let out = bench(
-            &mock.url,
-            &[
-                "--concurrency",
-                "1",
-                "--requests-per-level",
-                "3",
-                "--max-tokens",
-                "3",
-                "--warmup-requests",
-                "0",
-                "--first-slice",
-                slice,
-            ],
+    // Generated sets too: their prompts must not depend on how many the sweep needs.
+    for dataset in ["synthetic", "random:16"] {
+        let run = |mock: &Mock, levels: &str, slice: &str| {
+            let out = bench(
+                &mock.url,
+                &[
+                    "--concurrency",
+                    levels,
+                    "--requests-per-level",
+                    "3",
+                    "--max-tokens",
+                    "3",
+                    "--warmup-requests",
+                    "1",
+                    "--dataset",
+                    dataset,
+                    "--first-slice",
+                    slice,
+                ],
+            );
+            assert_success(&out);
+        };
+        let split = Mock::start(&["--tokens-per-second", "4000", "--ttft-ms", "1"]);
+        run(&split, "1", "0");
+        run(&split, "1", "1");
+        let whole = Mock::start(&["--tokens-per-second", "4000", "--ttft-ms", "1"]);
+        run(&whole, "1,1", "0");
+        // Each invocation warms up with the same prompt; the levels follow one another.
+        let (_, split) = mock_log(&split);
+        let (_, whole) = mock_log(&whole);
+        assert_eq!(
+            [&split[1..4], &split[5..8]].concat(),
+            whole[1..7],
+            "{dataset}"
         );
-        assert_success(&out);
-    };
-    one("0");
-    one("1");
-    let whole = Mock::start(&["--tokens-per-second", "4000", "--ttft-ms", "1"]);
-    let out = bench(
-        &whole.url,
-        &[
-            "--concurrency",
-            "1,1",
-            "--requests-per-level",
-            "3",
-            "--max-tokens",
-            "3",
-            "--warmup-requests",
-            "0",
-        ],
-    );
-    assert_success(&out);
-    assert_eq!(mock_log(&mock).1, mock_log(&whole).1);
+        assert_eq!(split[0], split[4], "{dataset}");
+    }
 }
 
 #[test]

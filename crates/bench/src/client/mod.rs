@@ -28,13 +28,26 @@ pub enum ClientError {
     Unreachable { url: String, message: String },
 }
 
+/// Whether a refused flush is the server saying it still has requests (SGLang answers 400 with
+/// "When there are running or waiting requests, the operation will not be performed", specula
+/// 409 or 400 naming the running requests): worth another try once they finish.
+fn says_busy(status: u16, message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    matches!(status, 400 | 409 | 429 | 503)
+        && ["running", "waiting", "busy", "in flight", "in progress"]
+            .iter()
+            .any(|w| message.contains(w))
+}
+
 /// What asking the server to empty its prefix cache did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlushOutcome {
     Flushed,
     /// The server has no route for it.
     Unsupported,
-    /// The server refused or failed (the message says how).
+    /// The server still said it was busy after five seconds of tries.
+    Busy(String),
+    /// The server refused for another reason, or failed (the message says how).
     Refused(String),
 }
 
@@ -132,21 +145,21 @@ impl Client {
         (bytes.len() <= 16 << 20).then(|| String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// Empties the server's prefix cache: SGLang's and specula's `POST /flush_cache`, else vLLM's
-    /// `POST /reset_prefix_cache`. A server still finishing the last requests refuses (400);
-    /// that is retried for up to five seconds.
+    /// Empties the server's prefix cache: SGLang's and specula's `POST /flush_cache` (`GET` where
+    /// only that is served, as in older SGLang), else vLLM's `POST /reset_prefix_cache` (served
+    /// with `VLLM_SERVER_DEV_MODE=1`). A server still finishing the last requests says it is busy;
+    /// that is retried for up to five seconds. Any other refusal is final.
     pub async fn flush_cache(&self) -> FlushOutcome {
         const ROUTES: [&str; 2] = ["/flush_cache", "/reset_prefix_cache"];
         const TRIES: usize = 25;
-        let mut refused = String::new();
         for route in ROUTES {
-            for attempt in 0..TRIES {
-                if attempt > 0 {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+            let url = format!("{}{route}", self.base_url);
+            let mut method = reqwest::Method::POST;
+            let mut attempt = 0;
+            let refusal = loop {
                 let sent = self
                     .http
-                    .post(format!("{}{route}", self.base_url))
+                    .request(method.clone(), &url)
                     .timeout(Duration::from_secs(30).min(self.timeout))
                     .send()
                     .await;
@@ -154,23 +167,31 @@ impl Client {
                     Ok(r) => r,
                     Err(e) => return FlushOutcome::Refused(error_chain(&e)),
                 };
-                let status = resp.status();
-                if status.is_success() {
+                let status = resp.status().as_u16();
+                if resp.status().is_success() {
                     return FlushOutcome::Flushed;
                 }
-                // No such route here: try the next spelling.
-                if matches!(status.as_u16(), 404 | 405 | 501) {
-                    break;
+                if status == 405 && method == reqwest::Method::POST {
+                    method = reqwest::Method::GET;
+                    continue;
                 }
-                let text = resp.text().await.unwrap_or_default();
-                refused = format!(
-                    "{route}: HTTP {}: {}",
-                    status.as_u16(),
-                    error_message(&text)
-                );
-            }
-            if !refused.is_empty() {
-                return FlushOutcome::Refused(refused);
+                // No such route here: try the next spelling.
+                if matches!(status, 404 | 405 | 501) {
+                    break None;
+                }
+                let text = error_message(&resp.text().await.unwrap_or_default());
+                attempt += 1;
+                let why = format!("{route}: HTTP {status}: {text}");
+                if !says_busy(status, &text) {
+                    break Some(FlushOutcome::Refused(why));
+                }
+                if attempt == TRIES {
+                    break Some(FlushOutcome::Busy(why));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            if let Some(outcome) = refusal {
+                return outcome;
             }
         }
         FlushOutcome::Unsupported
@@ -494,5 +515,95 @@ mod tests {
         );
         assert_eq!(error_message("plain text"), "plain text");
         assert!(error_message(&"x".repeat(500)).ends_with('…'));
+    }
+
+    /// A client for a test server made of `app`, on a free loopback port.
+    async fn client_for(app: axum::Router) -> Client {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let cfg = BenchConfig {
+            base_url: format!("http://{addr}"),
+            ..BenchConfig::default()
+        };
+        Client::new(&cfg, 1).unwrap()
+    }
+
+    #[tokio::test]
+    async fn flush_cache_retries_a_busy_server_and_not_a_refusal() {
+        use axum::http::StatusCode;
+        use axum::routing::{get, post};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        // Busy twice (specula's words), then flushed.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let busy = axum::Router::new().route(
+            "/flush_cache",
+            post(move || {
+                let n = seen.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n < 2 {
+                        let body = r#"{"error":{"message":"cannot flush the cache: 2 requests are running or waiting"}}"#;
+                        (StatusCode::BAD_REQUEST, body)
+                    } else {
+                        (StatusCode::OK, "{}")
+                    }
+                }
+            }),
+        );
+        assert_eq!(
+            client_for(busy).await.flush_cache().await,
+            FlushOutcome::Flushed
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+        // A cache that is off: refused at once, no retries.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let off = axum::Router::new().route(
+            "/flush_cache",
+            post(move || {
+                seen.fetch_add(1, Ordering::SeqCst);
+                async { (StatusCode::BAD_REQUEST, "the prefix cache is off") }
+            }),
+        );
+        match client_for(off).await.flush_cache().await {
+            FlushOutcome::Refused(why) => assert!(why.contains("HTTP 400"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+        // vLLM's spelling; GET where only GET is served; nothing at all.
+        let vllm = axum::Router::new().route("/reset_prefix_cache", post(|| async { "" }));
+        assert_eq!(
+            client_for(vllm).await.flush_cache().await,
+            FlushOutcome::Flushed
+        );
+        let get_only = axum::Router::new().route("/flush_cache", get(|| async { "" }));
+        assert_eq!(
+            client_for(get_only).await.flush_cache().await,
+            FlushOutcome::Flushed
+        );
+        let none = client_for(axum::Router::new()).await;
+        assert_eq!(none.flush_cache().await, FlushOutcome::Unsupported);
+        assert_eq!(none.metrics_text().await, None);
+    }
+
+    #[test]
+    fn busy_is_read_from_the_status_and_the_words() {
+        assert!(says_busy(
+            400,
+            "When there are running or waiting requests, the operation will not be performed"
+        ));
+        assert!(says_busy(409, "busy"));
+        assert!(!says_busy(
+            400,
+            "the prefix cache is off (--disable-radix-cache)"
+        ));
+        assert!(!says_busy(401, "running"));
     }
 }

@@ -1,5 +1,6 @@
 //! What the mock server saw, for tests: every prompt received, every cache flush and metrics
-//! read, in order; and the counters its `/metrics` page shows, in specula's names, moved by known
+//! read, in order (the first 100,000); and the counters its `/metrics` page shows, in specula's
+//! names (a counter that has not moved is declared with no sample), moved by known
 //! amounts per request (a prefix cache is simulated: a prompt seen since the last flush counts
 //! all of its tokens as cached).
 
@@ -37,6 +38,10 @@ pub struct MockCounters {
     pub rejected_requests: u64,
 }
 
+/// The most events and distinct prompts kept, so a long benchmark of the client against the
+/// mock stays bounded in memory (later ones are counted, not kept).
+const MAX_KEPT: usize = 100_000;
+
 #[derive(Debug, Default)]
 pub struct Ledger {
     pub events: Vec<MockEvent>,
@@ -53,8 +58,10 @@ impl Ledger {
             Some(tokens) => {
                 let tokens = u64::from(tokens);
                 c.prompt_tokens += words;
-                if !self.cached.insert(text.clone()) {
+                if self.cached.contains(&text) {
                     c.cached_tokens += words;
+                } else if self.cached.len() < MAX_KEPT {
+                    self.cached.insert(text.clone());
                 }
                 c.generation_tokens += tokens;
                 if speculating {
@@ -64,17 +71,23 @@ impl Ledger {
                 }
             }
         }
-        self.events.push(MockEvent::Prompt { text });
+        self.record(MockEvent::Prompt { text });
     }
 
     pub fn flush(&mut self) {
         self.cached.clear();
-        self.events.push(MockEvent::Flush);
+        self.record(MockEvent::Flush);
+    }
+
+    fn record(&mut self, event: MockEvent) {
+        if self.events.len() < MAX_KEPT {
+            self.events.push(event);
+        }
     }
 
     /// The `/metrics` page (and the read is recorded).
     pub fn metrics(&mut self) -> String {
-        self.events.push(MockEvent::Metrics);
+        self.record(MockEvent::Metrics);
         let c = self.counters;
         let mut out = String::new();
         let rows = [
@@ -86,8 +99,12 @@ impl Ledger {
             ("spec_draft_tokens_total", c.spec_draft_tokens),
             ("spec_accepted_tokens_total", c.spec_accepted_tokens),
         ];
+        // As a Python client shows a labelled counter: declared always, sampled once it moved.
         for (name, value) in rows {
-            let _ = writeln!(out, "# TYPE specula:{name} counter\nspecula:{name} {value}");
+            let _ = writeln!(out, "# TYPE specula:{name} counter");
+            if value > 0 {
+                let _ = writeln!(out, "specula:{name} {value}");
+            }
         }
         let _ = writeln!(
             out,

@@ -82,7 +82,8 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Loads the dataset and shuffles it with `seed`. `min_prompts` sizes generated sets.
+    /// Loads the dataset in its seeded order (fixed sets shuffled with `seed`, generated ones
+    /// made from it). `min_prompts` sizes generated sets.
     pub fn load(spec: &DatasetSpec, seed: u64, min_prompts: usize) -> Result<Self, WorkloadError> {
         let (name, mut prompts, notes) = match spec {
             DatasetSpec::Synthetic => ("synthetic".to_string(), synthetic::prompts(), Vec::new()),
@@ -109,12 +110,37 @@ impl Dataset {
         if prompts.is_empty() {
             return Err(WorkloadError::Empty(name));
         }
-        prompts.shuffle(&mut StdRng::seed_from_u64(seed));
+        // Generated sets are random already, and prompt i is the same however many are made, so
+        // levels keep their prompts whatever the sweep's size; fixed sets get the seeded order.
+        let generated = matches!(
+            spec,
+            DatasetSpec::Random { .. } | DatasetSpec::SharedPrefix { .. }
+        );
+        if !generated {
+            prompts.shuffle(&mut StdRng::seed_from_u64(seed));
+        }
         Ok(Self {
             name,
             prompts,
             notes,
         })
+    }
+
+    /// A short digest of the prompts at these positions, in order (the first 16 hex digits of
+    /// a SHA-256 over their messages).
+    pub fn digest(&self, positions: impl Iterator<Item = usize>) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        for p in positions {
+            let messages =
+                serde_json::to_vec(&self.prompt(p).messages()).expect("messages serialise");
+            hash.update((messages.len() as u64).to_le_bytes());
+            hash.update(&messages);
+        }
+        hash.finalize()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// The prompt at a position of the seeded order, which wraps round (see [`PromptPlan`]).
@@ -155,6 +181,23 @@ mod tests {
         let c = Dataset::load(&DatasetSpec::Synthetic, 8, 0).unwrap();
         assert_eq!(a.prompts, b.prompts);
         assert_ne!(a.prompts, c.prompts);
+    }
+
+    #[test]
+    fn generated_prompts_do_not_depend_on_how_many_are_made() {
+        for spec in [
+            DatasetSpec::Random { input_tokens: 16 },
+            DatasetSpec::SharedPrefix {
+                prefix_tokens: 20,
+                groups: 3,
+            },
+        ] {
+            let few = Dataset::load(&spec, 5, 10).unwrap();
+            let many = Dataset::load(&spec, 5, 100).unwrap();
+            assert_eq!(few.prompts[..], many.prompts[..10], "{spec:?}");
+            let other = Dataset::load(&spec, 6, 10).unwrap();
+            assert_ne!(few.prompts, other.prompts, "{spec:?}: the seed matters");
+        }
     }
 
     #[test]

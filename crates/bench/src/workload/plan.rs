@@ -52,16 +52,37 @@ impl PromptPlan {
 
     /// Positions the whole sweep of `levels` levels reaches (the warm-up included).
     pub fn needed(&self, levels: usize) -> usize {
-        let slices = self.first_slice + if self.reuse { 1 } else { levels };
-        self.warmup + slices * self.per_level
+        let slices = self
+            .first_slice
+            .saturating_add(if self.reuse { 1 } else { levels });
+        self.warmup
+            .saturating_add(slices.saturating_mul(self.per_level))
     }
 
-    /// The most times any prompt is sent by a sweep of `levels` levels.
-    pub fn max_sends(&self, levels: usize) -> usize {
-        if self.reuse {
-            return levels.max(1) * self.per_level.div_ceil(self.dataset.max(1));
+    /// Refuses a sweep whose positions would not fit the bound (`--first-slice` or the sizes
+    /// far too large): generated datasets make a prompt per position.
+    pub fn check(&self, levels: usize) -> Result<(), String> {
+        let needed = self.needed(levels);
+        if needed > Self::MAX_POSITIONS {
+            return Err(format!(
+                "the sweep would reach dataset position {needed}; at most {} are supported (lower --first-slice, --requests-per-level or --warmup-requests)",
+                Self::MAX_POSITIONS
+            ));
         }
-        self.needed(levels).div_ceil(self.dataset.max(1))
+        Ok(())
+    }
+
+    /// The most positions a sweep may reach.
+    pub const MAX_POSITIONS: usize = 1_000_000;
+
+    /// The most times any prompt is sent by a sweep of `levels` levels (the warm-up included).
+    pub fn max_sends(&self, levels: usize) -> usize {
+        let mut sends = vec![0usize; self.dataset.max(1)];
+        let positions = (0..levels).flat_map(|k| self.level_positions(k));
+        for p in self.warmup_positions().chain(positions) {
+            sends[self.index(p)] += 1;
+        }
+        sends.into_iter().max().unwrap_or(0)
     }
 }
 
@@ -138,6 +159,25 @@ mod tests {
         assert_eq!((p.repeated(0), p.repeated(1)), (0, 10));
         assert_eq!(p.needed(8), 15);
         assert_eq!(p.max_sends(8), 8);
+        // 10 prompts, 5 warm-up, 10 a level: the warm-up's five come round again every level.
+        let small = PromptPlan {
+            reuse: true,
+            ..plan(10, 5, 10)
+        };
+        assert_eq!(small.max_sends(3), 4);
+        assert_eq!(small.repeated(0), 5);
+    }
+
+    #[test]
+    fn sweeps_past_the_bound_are_refused() {
+        let p = PromptPlan {
+            first_slice: usize::MAX / 2,
+            ..plan(100, 5, 10)
+        };
+        assert_eq!(p.needed(3), usize::MAX);
+        let err = p.check(3).unwrap_err();
+        assert!(err.contains("--first-slice"), "{err}");
+        assert!(plan(100, 5, 10).check(8).is_ok());
     }
 
     #[test]
