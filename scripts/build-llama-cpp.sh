@@ -25,6 +25,7 @@
 #     LLAMA_CPP_PYTHON_VERSION  llama-cpp-python sdist version to take llama.cpp from (default below)
 #     BUILD_JOBS                ninja parallelism (default: 2)
 #     PYTHON                    python interpreter to use (default: python3)
+#     LLAMA_CPP_AMX             on: keep llama.cpp's AMX kernels (default off: they fault here)
 #
 # Build tools (cmake, ninja-build via apt-get; scikit-build-core via pip, needed by pip to read the
 # sdist's metadata with --no-build-isolation) are installed when missing. If the binaries for the
@@ -49,7 +50,9 @@ LLAMA_CPP_DIR="$(cd -P "$LLAMA_CPP_DIR" && pwd)"
 BUILD_DIR="$LLAMA_CPP_DIR/build"
 BIN_DIR="$BUILD_DIR/bin"
 VERSION_FILE="$LLAMA_CPP_DIR/VERSION"
-WANT_VERSION_LINE="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+LLAMA_CPP_AMX="${LLAMA_CPP_AMX:-off}"
+# The AMX choice is part of what was built: changing it rebuilds.
+WANT_VERSION_LINE="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION amx=$LLAMA_CPP_AMX"
 
 all_built() {
     local t
@@ -123,10 +126,21 @@ if [[ -f "$BUILD_DIR/CMakeCache.txt" ]] &&
     rm -rf "$BUILD_DIR"
 fi
 
+# The native build uses AMX where /proc/cpuinfo lists it. On this project's machines (VMs that
+# list amx_tile; a lone tile instruction runs once AMX is requested) llama.cpp's AMX GEMM dies
+# with SIGILL on `tilezero` in a worker thread, so AMX is left out unless LLAMA_CPP_AMX=on
+# (explicit -mno-* flags win over -march=native).
+amx_off=("-DCMAKE_C_FLAGS=" "-DCMAKE_CXX_FLAGS=")
+if [[ "$LLAMA_CPP_AMX" != on ]]; then
+    amx_off=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+fi
+
 log "configuring ($LLAMA_SRC)"
 cmake -S "$LLAMA_SRC" -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON \
+    "${amx_off[@]}" \
     -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_OPENSSL=OFF \
     -DLLAMA_CURL=OFF >&2
