@@ -3,7 +3,7 @@
 use crate::Failure;
 use anyhow::{Context, anyhow};
 use clap::Args;
-use kvcache::BlockPool;
+use kvcache::{BlockPool, DEFAULT_BLOCK_SIZE as BLOCK_SIZE};
 use model::sampler::{Sampler, SamplingParams};
 use model::tokenizer::{IncrementalDecoder, Tokenizer};
 use model::{LogitsFor, Model, Runner, SeqInput};
@@ -45,7 +45,6 @@ pub struct GenerateArgs {
 
 /// Tokens per forward pass while prefilling (bounds the activations' memory).
 const PREFILL_CHUNK: usize = 512;
-const BLOCK_SIZE: usize = 16;
 
 pub fn run(args: GenerateArgs) -> Result<(), Failure> {
     let params = SamplingParams {

@@ -6,6 +6,7 @@
 use crate::Failure;
 use anyhow::{Context, anyhow};
 use clap::Args;
+use kvcache::DEFAULT_BLOCK_SIZE as BLOCK_SIZE;
 use model::Model;
 use model::chat_template::ChatTemplate;
 use model::tokenizer::Tokenizer;
@@ -519,9 +520,6 @@ impl Running {
     }
 }
 
-/// KV block size, in tokens.
-const BLOCK_SIZE: usize = 16;
-
 /// Names a model file's weights for the storage tier: its size and a hash of its first and last
 /// MiB (the metadata and the last tensors), so stored KV of another model is never reused.
 fn fingerprint(path: &std::path::Path) -> anyhow::Result<String> {
@@ -585,7 +583,10 @@ fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
     let mut config = config;
     if let Some(tier) = s.hicache {
         let c = &model.config;
-        let block_bytes = 2 * c.n_layers * BLOCK_SIZE * c.n_kv_heads * c.head_dim * 4;
+        // The KV store holds f32 keys and values.
+        let block_bytes =
+            kvcache::KvLayout::new(c.n_layers as u32, c.n_kv_heads as u32, c.head_dim as u32, 4)
+                .bytes_per_block(BLOCK_SIZE);
         let blocks = match tier {
             HostTier::Ratio(r) => (config.kv_blocks() as f64 * r) as usize,
             HostTier::Gb(gb) => (gb * 1e9 / block_bytes as f64) as usize,

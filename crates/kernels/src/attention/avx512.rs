@@ -113,7 +113,7 @@ fn heads<const G: usize>(q: &[f32], kv: &Kv<'_>, scale: f32, out: &mut [f32], sc
     let (d, n_ctx, bs) = (kv.shape.head_dim, kv.ctx.len(), kv.shape.block_size);
     let (direct, tail) = (kv.ctx.direct, kv.ctx.tail);
     let (scores, chunk) = scores.split_at_mut(MAX_HEADS * n_ctx);
-    // SAFETY (whole body): `attention` checked every used block lies inside both stores; key
+    // SAFETY: (for the whole body) `attention` checked every used block lies inside both stores; key
     // reads stay within block `base..base + stride` (head kvh's rows, masked past `used`), value
     // reads within the slot's row; score rows are `n_ctx` long and masked past it; the tail
     // chunk is `16 × d` long.

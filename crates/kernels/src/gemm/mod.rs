@@ -265,6 +265,7 @@ struct OutPtr<'a> {
 
 // SAFETY: see `write`: concurrent writers touch disjoint elements.
 unsafe impl Send for OutPtr<'_> {}
+// SAFETY: as for `Send`: shared use only ever writes disjoint elements.
 unsafe impl Sync for OutPtr<'_> {}
 
 impl<'a> OutPtr<'a> {

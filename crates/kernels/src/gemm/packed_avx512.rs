@@ -39,7 +39,7 @@ fn tile<const MR: usize, const KIND: u8>(
     lines: &[Line],
     acts: [&[BlockQ8Pair]; MR],
 ) -> [__m512; MR] {
-    // SAFETY (whole body): loads stay within `lines` (checked below) and are 64-byte aligned
+    // SAFETY: (for the whole body) loads stay within `lines` (checked below) and are 64-byte aligned
     // (`Line`); the scale loads are at offsets 0 and 32 of an aligned line.
     unsafe {
         let per = match KIND {
