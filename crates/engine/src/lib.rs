@@ -52,7 +52,7 @@ pub struct EngineConfig {
 pub struct SpecConfig {
     /// `--speculative-algorithm`: `Ngram` (prompt lookup) or `Standalone` (the draft model given
     /// to [`start`]).
-    pub algorithm: spec::Algorithm,
+    pub algorithm: speculative::Algorithm,
     /// `--speculative-num-draft-tokens`: drafts a sequence verifies per step at most.
     pub num_draft_tokens: usize,
     /// `--speculative-eagle-topk`: candidates per draft-tree node (1 = chains).
@@ -66,7 +66,7 @@ pub struct SpecConfig {
     /// `--speculative-disable-batch-threshold`: no speculation while more run.
     pub disable_batch_threshold: Option<usize>,
     /// `--speculative-adaptive`: drafts per sequence and step from the cost model and each
-    /// sequence's acceptance (see `spec::adaptive`) instead of the fixed rule.
+    /// sequence's acceptance (see `speculative::adaptive`) instead of the fixed rule.
     pub adaptive: bool,
 }
 
@@ -274,7 +274,7 @@ pub fn start(
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
     if let Some(spec) = &config.speculative {
-        spec::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
+        speculative::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
             .map_err(StartError::Config)?;
         if spec.num_draft_tokens == 0 || spec.topk == 0 || spec.num_steps == 0 {
             return Err(StartError::Config(
@@ -284,22 +284,22 @@ pub fn start(
             ));
         }
         match (spec.algorithm, &draft) {
-            (spec::Algorithm::Standalone, Some(d)) => {
-                spec::check_vocabulary(&d.file, &model.file)
+            (speculative::Algorithm::Standalone, Some(d)) => {
+                speculative::check_vocabulary(&d.file, &model.file)
                     .map_err(|e| StartError::Config(e.to_string()))?;
             }
-            (spec::Algorithm::Standalone, None) => {
+            (speculative::Algorithm::Standalone, None) => {
                 return Err(StartError::Config(
                     "STANDALONE speculation needs a draft model (--speculative-draft-model-path)"
                         .into(),
                 ));
             }
-            (spec::Algorithm::None, _) => {
+            (speculative::Algorithm::None, _) => {
                 return Err(StartError::Config(
                     "speculative settings with algorithm NONE".into(),
                 ));
             }
-            (spec::Algorithm::Ngram, _) => {}
+            (speculative::Algorithm::Ngram, _) => {}
         }
     }
     let files = match &config.hicache_storage_dir {

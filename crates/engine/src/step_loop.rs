@@ -8,8 +8,8 @@ use model::sampler::Sampled;
 use model::sampler::Sampler;
 use model::{LogitsFor, Model, Runner, SeqInput, Tree};
 use scheduler::{Scheduler, SchedulerConfig, SeqId, StepPlan};
-use spec::adaptive::Demand;
-use spec::{
+use speculative::adaptive::Demand;
+use speculative::{
     Acceptance, Algorithm, CostModel, DraftModel, DraftRequest, DraftTree, MatchAcceptance,
     NgramProposer, Policy, PolicyConfig,
 };
@@ -68,7 +68,7 @@ struct Candidate {
     alpha: f64,
 }
 
-/// κ: the output head's multiply-adds per row relative to all layers' (see `spec::adaptive`).
+/// κ: the output head's multiply-adds per row relative to all layers' (see `speculative::adaptive`).
 fn logits_weight(c: &model::ModelConfig) -> f64 {
     let q = c.n_heads * c.head_dim;
     let per_layer = c.hidden * (q + 2 * c.kv_dim()) + q * c.hidden + 3 * c.hidden * c.ffn_hidden;
@@ -582,7 +582,7 @@ impl Engine {
         }
         if spec.adaptive {
             // Tokens weigh by how far their sequence is from done unless requests wait (see
-            // `spec::adaptive`).
+            // `speculative::adaptive`).
             let weights: HashMap<SeqId, f64> = if self.scheduler.waiting_len() > 0 {
                 decoding.iter().map(|&id| (id, 1.0)).collect()
             } else {
@@ -597,7 +597,7 @@ impl Engine {
                 decoding
                     .iter()
                     .copied()
-                    .zip(spec::adaptive::urgency(&remaining))
+                    .zip(speculative::adaptive::urgency(&remaining))
                     .collect()
             };
             let demands: Vec<Demand> = candidates
@@ -609,7 +609,7 @@ impl Engine {
                 })
                 .collect();
             let work = plan_work(plan, spec.logit_work - 1.0, &HashMap::new());
-            let ks = spec::adaptive::allocate(
+            let ks = speculative::adaptive::allocate(
                 &spec.cost,
                 work,
                 spec.logit_work,

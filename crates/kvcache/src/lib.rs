@@ -69,5 +69,5 @@ pub use layout::KvLayout;
 pub use pool::{
     BlockId, BlockPool, Capacity, ConfigError, DEFAULT_BLOCK_SIZE, OutOfBlocks, PoolConfig,
 };
-pub use radix::{KvCopy, RadixCache, RadixStats, Reuse, ToPersist, path_key};
+pub use radix::{FNV_OFFSET, KvCopy, RadixCache, RadixStats, Reuse, ToPersist, fnv1a, path_key};
 pub use table::{BlockCopy, BlockTable, Slot};

@@ -56,18 +56,24 @@ enum Place {
 /// The storage key of a block: a hash (FNV-1a, 64-bit) of every token from the sequence's
 /// start to the block's end, chained block by block from `parent` (0 at the root).
 pub fn path_key(parent: u64, block: &[u32]) -> u64 {
-    let mut h = if parent == 0 {
-        0xcbf2_9ce4_8422_2325
-    } else {
-        parent
-    };
+    let mut h = if parent == 0 { FNV_OFFSET } else { parent };
     for &t in block {
-        for b in t.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        h = fnv1a(h, &t.to_le_bytes());
     }
     h.max(1)
+}
+
+/// FNV-1a's 64-bit offset basis: the hash of nothing.
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a (64-bit), continued from `h` over `bytes`: small and stable across builds, for keys
+/// that are written to disk.
+pub fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 #[derive(Debug)]

@@ -87,6 +87,18 @@ pub struct Sampled {
     pub top: Vec<(u32, f32)>,
 }
 
+/// splitmix64's increment (the golden ratio in 64 bits).
+pub const SPLITMIX_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// One splitmix64 output for the state `z` (the state then advances by [`SPLITMIX_GAMMA`]): a
+/// fast, well-mixed 64-bit hash of `z`, for seeded draws and ids.
+pub fn splitmix64(z: u64) -> u64 {
+    let mut z = z.wrapping_add(SPLITMIX_GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// One request's sampler: its parameters, RNG state and output token counts.
 #[derive(Debug, Clone)]
 pub struct Sampler {
@@ -107,7 +119,7 @@ impl Sampler {
         prompt_tokens.sort_unstable();
         prompt_tokens.dedup();
         Self {
-            rng: params.seed ^ 0x9e37_79b9_7f4a_7c15,
+            rng: params.seed ^ SPLITMIX_GAMMA,
             params,
             prompt_tokens,
             output_counts: HashMap::new(),
@@ -136,11 +148,8 @@ impl Sampler {
 
     /// splitmix64: small, fast and good enough to draw one uniform number per token.
     fn next_uniform(&mut self) -> f32 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
+        let z = splitmix64(self.rng);
+        self.rng = self.rng.wrapping_add(SPLITMIX_GAMMA);
         (z >> 40) as f32 / (1u64 << 24) as f32
     }
 

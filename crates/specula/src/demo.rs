@@ -122,22 +122,22 @@ impl DemoArgs {
     }
 
     /// The candidate's algorithm.
-    fn algorithm(&self) -> Result<spec::Algorithm, anyhow::Error> {
+    fn algorithm(&self) -> Result<speculative::Algorithm, anyhow::Error> {
         let name = self.spec_algorithm.as_deref().unwrap_or("NGRAM");
-        let algorithm: spec::Algorithm = name
+        let algorithm: speculative::Algorithm = name
             .parse()
             .map_err(|e: String| anyhow!("--spec-algorithm: {e}"))?;
         if self.spec_num_draft_tokens == Some(0) {
             bail!("--spec-num-draft-tokens must be at least 1");
         }
         match algorithm {
-            spec::Algorithm::None => {
+            speculative::Algorithm::None => {
                 bail!("--spec-algorithm {name}: the candidate speculates; use NGRAM or STANDALONE")
             }
-            spec::Algorithm::Standalone if self.spec_draft_model_path.is_none() => {
+            speculative::Algorithm::Standalone if self.spec_draft_model_path.is_none() => {
                 bail!("--spec-algorithm STANDALONE needs --spec-draft-model-path")
             }
-            spec::Algorithm::Ngram if self.spec_draft_model_path.is_some() => {
+            speculative::Algorithm::Ngram if self.spec_draft_model_path.is_some() => {
                 bail!("--spec-draft-model-path goes with --spec-algorithm STANDALONE")
             }
             a => Ok(a),
@@ -149,7 +149,7 @@ impl DemoArgs {
     fn serve_config(
         &self,
         model_path: PathBuf,
-        algorithm: Option<spec::Algorithm>,
+        algorithm: Option<speculative::Algorithm>,
     ) -> Result<ServeConfig, Failure> {
         let mut args = ServeArgs {
             host: Some("127.0.0.1".into()),
@@ -164,7 +164,7 @@ impl DemoArgs {
             args.speculative_algorithm = Some(algorithm.to_string());
             args.speculative_adaptive = !self.spec_fixed;
             args.speculative_num_draft_tokens = self.spec_num_draft_tokens;
-            if algorithm == spec::Algorithm::Standalone {
+            if algorithm == speculative::Algorithm::Standalone {
                 // The drafted chain is as long as the drafts verified.
                 args.speculative_num_steps = self.spec_num_draft_tokens;
                 args.speculative_draft_model_path = self.spec_draft_model_path.clone();

@@ -294,7 +294,7 @@ impl ServeArgs {
             "lpm" => engine::SchedulePolicy::Lpm,
             other => anyhow::bail!("--schedule-policy {other}: use fcfs or lpm"),
         };
-        let algorithm: spec::Algorithm = self
+        let algorithm: speculative::Algorithm = self
             .speculative_algorithm
             .or(file.speculative_algorithm)
             .as_deref()
@@ -316,16 +316,16 @@ impl ServeArgs {
             .speculative_num_draft_tokens
             .or(file.speculative_num_draft_tokens);
         match algorithm {
-            spec::Algorithm::None => {}
-            spec::Algorithm::Ngram | spec::Algorithm::Standalone => {
+            speculative::Algorithm::None => {}
+            speculative::Algorithm::Ngram | speculative::Algorithm::Standalone => {
                 let steps = num_steps.unwrap_or(4);
                 let num_draft_tokens = match algorithm {
                     // A chain of num_steps drafts, capped by num_draft_tokens if given; a tree's
                     // num_steps levels of topk, of which num_draft_tokens are verified.
-                    spec::Algorithm::Standalone if topk == 1 => {
+                    speculative::Algorithm::Standalone if topk == 1 => {
                         num_draft_tokens.map_or(steps, |n| n.min(steps))
                     }
-                    spec::Algorithm::Standalone => num_draft_tokens.unwrap_or(steps * topk),
+                    speculative::Algorithm::Standalone => num_draft_tokens.unwrap_or(steps * topk),
                     _ => num_draft_tokens.unwrap_or(8),
                 };
                 let spec = engine::SpecConfig {
@@ -351,9 +351,9 @@ impl ServeArgs {
                         "--speculative-num-draft-tokens and --speculative-num-steps must be at least 1"
                     );
                 }
-                spec::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
+                speculative::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
                     .map_err(|e| anyhow!("{e}"))?;
-                if algorithm == spec::Algorithm::Standalone {
+                if algorithm == speculative::Algorithm::Standalone {
                     let Some(path) = draft_path else {
                         anyhow::bail!(
                             "--speculative-algorithm STANDALONE needs --speculative-draft-model-path"
@@ -527,20 +527,13 @@ fn fingerprint(path: &std::path::Path) -> anyhow::Result<String> {
     let mut f =
         std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = f.metadata()?.len();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
     let mut buf = Vec::with_capacity(1 << 20);
     (&mut f).take(1 << 20).read_to_end(&mut buf)?;
-    eat(&buf);
+    let mut h = kvcache::fnv1a(kvcache::FNV_OFFSET, &buf);
     f.seek(SeekFrom::Start(len.saturating_sub(1 << 20)))?;
     buf.clear();
     (&mut f).take(1 << 20).read_to_end(&mut buf)?;
-    eat(&buf);
+    h = kvcache::fnv1a(h, &buf);
     Ok(format!("{len}-{h:016x}-bs{BLOCK_SIZE}"))
 }
 

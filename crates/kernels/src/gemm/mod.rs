@@ -5,10 +5,10 @@
 //! the same order, whatever the batch size or tiling, so a sequence's logits do not depend on
 //! what it is batched with.
 
+mod driver;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod packed_avx512;
-mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -234,7 +234,7 @@ pub fn gemm_many(products: &mut [(QMatrix<'_>, &mut [f32])], x: &Activations) {
         .collect();
     if threads <= 1 || work < PARALLEL_MIN_WORK {
         for (w, out) in &outs {
-            portable::gemm(isa, w, x, out, 0..w.rows);
+            driver::gemm(isa, w, x, out, 0..w.rows);
         }
         return;
     }
@@ -250,7 +250,7 @@ pub fn gemm_many(products: &mut [(QMatrix<'_>, &mut [f32])], x: &Activations) {
         .collect();
     tasks.into_par_iter().for_each(|(i, rows)| {
         let (w, out) = &outs[i];
-        portable::gemm(isa, w, x, out, rows);
+        driver::gemm(isa, w, x, out, rows);
     });
 }
 
@@ -402,7 +402,7 @@ pub(crate) mod tests {
     fn gemm_with(isa: Isa, w: &QMatrix<'_>, x: &Activations) -> Vec<f32> {
         let mut out = vec![0.0; x.m * w.rows];
         let ptr = OutPtr::new(&mut out);
-        portable::gemm(isa, w, x, &ptr, 0..w.rows);
+        driver::gemm(isa, w, x, &ptr, 0..w.rows);
         out
     }
 

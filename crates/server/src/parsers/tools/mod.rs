@@ -301,14 +301,9 @@ fn push_content(out: &mut Vec<ToolEvent>, text: String) {
 
 /// splitmix64 of the seed and index, twice over: 128 bits for an id.
 fn id_bits(seed: u64, index: usize) -> (u64, u64) {
-    let mix = |mut z: u64| {
-        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let a = mix(seed ^ (index as u64).wrapping_mul(0xd6e8_feb8_6659_fd93));
-    (a, mix(a))
+    use model::sampler::splitmix64;
+    let a = splitmix64(seed ^ (index as u64).wrapping_mul(0xd6e8_feb8_6659_fd93));
+    (a, splitmix64(a))
 }
 
 /// `call_` and 24 hex digits, distinct per seed and call index.
