@@ -12,7 +12,7 @@ use crate::record::{ErrorClass, RequestRecord};
 use crate::report::{
     Environment, LevelReport, RunReport, header, level_line, prompt_lines, verbose_lines,
 };
-use crate::server_metrics::{Scrape, ServerDeltas, parse as parse_metrics};
+use crate::server_metrics::{Scrape, ServerDeltas, parse as parse_metrics, server_of};
 use crate::stats::LevelStats;
 use crate::workload::{Dataset, PromptPlan, poisson_offsets};
 use bytes::Bytes;
@@ -91,17 +91,16 @@ impl Sweep {
         // Any `/metrics` page is read around every level: the names it speaks may only show up
         // once requests have run.
         let metrics_page = client.metrics_text().await;
-        let metrics = metrics_page
+        let speaks = metrics_page
             .as_deref()
-            .and_then(|text| ServerDeltas::between(&Scrape::new(), &parse_metrics(text)));
+            .and_then(|text| server_of(&parse_metrics(text)));
         say(out, &header(cfg, &model, &dataset.name))?;
         say(out, &format!("  {prompts_line}\n"))?;
-        if let Some(d) = &metrics {
+        if let Some(server) = speaks {
             say(
                 out,
                 &format!(
-                    "  Server metrics: /metrics ({} names), read before and after each level\n",
-                    d.server
+                    "  Server metrics: /metrics ({server} names), read before and after each level\n"
                 ),
             )?;
         }

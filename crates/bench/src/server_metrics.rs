@@ -165,6 +165,20 @@ const DIALECTS: [Dialect; 3] = [
     },
 ];
 
+/// The first server whose counter names the scrape has.
+fn dialect(scrape: &Scrape) -> Option<&'static Dialect> {
+    DIALECTS.iter().find(|d| {
+        d.counters
+            .iter()
+            .any(|(_, names)| names.iter().any(|n| scrape.contains_key(*n)))
+    })
+}
+
+/// Whose metric names a scrape speaks: `specula`, `sglang` or `vllm`.
+pub fn server_of(scrape: &Scrape) -> Option<&'static str> {
+    dialect(scrape).map(|d| d.server)
+}
+
 /// The server's counters moved by one level (None: not exported, or it went backwards, as after
 /// a restart).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -204,11 +218,7 @@ impl ServerDeltas {
     /// The deltas between two scrapes, read with the first dialect the `after` scrape speaks;
     /// None when it speaks none.
     pub fn between(before: &Scrape, after: &Scrape) -> Option<Self> {
-        let dialect = DIALECTS.iter().find(|d| {
-            d.counters
-                .iter()
-                .any(|(_, names)| names.iter().any(|n| after.contains_key(*n)))
-        })?;
+        let dialect = dialect(after)?;
         let delta = |counter: Counter| -> Option<u64> {
             let (_, names) = dialect.counters.iter().find(|(c, _)| *c == counter)?;
             let name = names.iter().find(|n| after.contains_key(**n))?;

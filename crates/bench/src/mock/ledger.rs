@@ -51,7 +51,8 @@ pub struct Ledger {
 
 impl Ledger {
     /// Records a generation request; `tokens` is what will be generated, None when it is refused.
-    pub fn request(&mut self, text: String, words: u64, tokens: Option<u32>, speculating: bool) {
+    pub fn request(&mut self, text: String, tokens: Option<u32>, speculating: bool) {
+        let words = text.split_whitespace().count() as u64;
         let c = &mut self.counters;
         match tokens {
             None => c.rejected_requests += 1,
@@ -124,9 +125,9 @@ mod tests {
     fn counters_move_by_the_documented_amounts_and_read_back_as_specula() {
         let mut l = Ledger::default();
         let before = parse(&l.metrics());
-        l.request("a b c".into(), 3, Some(10), true);
-        l.request("a b c".into(), 3, Some(10), true);
-        l.request("d".into(), 1, None, true);
+        l.request("a b c".into(), Some(10), true);
+        l.request("a b c".into(), Some(10), true);
+        l.request("d".into(), None, true);
         let d = ServerDeltas::between(&before, &parse(&l.metrics())).unwrap();
         assert_eq!(d.server, "specula");
         assert_eq!((d.prompt_tokens, d.cached_tokens), (Some(6), Some(3)));
@@ -135,7 +136,7 @@ mod tests {
         assert_eq!(d.spec_acceptance(), Some(0.5));
         assert_eq!((d.preemptions, d.rejected_requests), (Some(0), Some(1)));
         l.flush();
-        l.request("a b c".into(), 3, Some(1), false);
+        l.request("a b c".into(), Some(1), false);
         assert_eq!(l.counters.cached_tokens, 3, "a flushed cache misses");
         assert_eq!(l.events.len(), 7);
         assert_eq!(l.events[5], MockEvent::Flush);

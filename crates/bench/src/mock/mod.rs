@@ -317,7 +317,6 @@ async fn generate(s: Arc<Shared>, headers: &HeaderMap, body: Bytes, kind: Kind) 
     let (tokens, finish) = answer_length(cfg, &req);
     s.ledger().request(
         prompt_text(&req),
-        prompt_words(&req),
         (fault != Fault::Http500).then_some(tokens),
         cfg.spec_accept_length.is_some(),
     );
