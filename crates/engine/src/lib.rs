@@ -1,11 +1,18 @@
-//! The engine: one thread owns the model, the KV cache and the scheduler, and runs the step loop
-//! (schedule, one batched forward pass, sample, send tokens). The rest of the process talks to it
+//! The engine: one thread owns the model, the KV cache, the scheduler and the speculator, and
+//! runs the step loop (plan → forward → update: see `step_loop`). The rest of the process talks to it
 //! only through an [`EngineHandle`]: `submit` applies admission and returns a stream of
 //! [`TokenEvent`]s; dropping that stream aborts the request within one step and frees its blocks.
 
+mod calibrate;
+mod forward;
 mod kv_files;
 mod stats;
 mod step_loop;
+mod tiers;
+mod update;
+mod validate;
+
+pub use validate::ConfigError;
 
 pub use scheduler::{FlushError, SchedulePolicy};
 pub use stats::{ACCEPT_BUCKETS, EngineStats, StatsSnapshot};
@@ -144,7 +151,16 @@ pub enum TokenEvent {
         /// With speculation: tokens emitted per verification pass, on average.
         spec_accept_length: Option<f32>,
     },
-    Failed(String),
+    Failed(RequestFailure),
+}
+
+/// Why the engine gave up on a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestFailure {
+    #[error("the forward pass failed: {0}")]
+    Forward(String),
+    #[error("the request does not fit in the KV cache")]
+    DoesNotFit,
 }
 
 /// Why the prefix cache was not flushed.
@@ -232,8 +248,8 @@ pub struct RequestStream {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("cannot start the engine thread: {0}")]
     Thread(#[from] std::io::Error),
 }
@@ -246,82 +262,7 @@ pub fn start(
     config: EngineConfig,
     end_of_generation: Vec<u32>,
 ) -> Result<EngineHandle, StartError> {
-    if config.block_size == 0 {
-        return Err(StartError::Config(
-            "the KV block size must be at least 1".into(),
-        ));
-    }
-    if config.kv_blocks() < 2 {
-        return Err(StartError::Config(format!(
-            "a KV cache of {} tokens (--max-total-tokens) cannot hold a request: give it at least {}",
-            config.max_total_tokens,
-            2 * config.block_size
-        )));
-    }
-    let sched = scheduler::SchedulerConfig {
-        max_running: config.max_running,
-        prefill_budget: config.chunked_prefill_size,
-        prefix_cache: config.prefix_cache,
-        host_blocks: u32::try_from(config.host_cache_blocks).map_err(|_| {
-            StartError::Config(format!(
-                "a host cache of {} blocks is too large",
-                config.host_cache_blocks
-            ))
-        })?,
-        policy: config.schedule_policy,
-    };
-    sched
-        .validate()
-        .map_err(|e| StartError::Config(e.to_string()))?;
-    if let Some(spec) = &config.speculative {
-        speculative::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)
-            .map_err(StartError::Config)?;
-        if spec.num_draft_tokens == 0 || spec.topk == 0 || spec.num_steps == 0 {
-            return Err(StartError::Config(
-                "--speculative-num-draft-tokens, --speculative-eagle-topk and \
-                 --speculative-num-steps must be at least 1"
-                    .into(),
-            ));
-        }
-        match (spec.algorithm, &draft) {
-            (speculative::Algorithm::Standalone, Some(d)) => {
-                speculative::check_vocabulary(&d.file, &model.file)
-                    .map_err(|e| StartError::Config(e.to_string()))?;
-            }
-            (speculative::Algorithm::Standalone, None) => {
-                return Err(StartError::Config(
-                    "STANDALONE speculation needs a draft model (--speculative-draft-model-path)"
-                        .into(),
-                ));
-            }
-            (speculative::Algorithm::None, _) => {
-                return Err(StartError::Config(
-                    "speculative settings with algorithm NONE".into(),
-                ));
-            }
-            (speculative::Algorithm::Ngram, _) => {}
-        }
-    }
-    let files = match &config.hicache_storage_dir {
-        None => None,
-        Some(_) if config.host_cache_blocks == 0 || !config.prefix_cache => {
-            return Err(StartError::Config(
-                "--hicache-storage-dir needs --enable-hierarchical-cache".into(),
-            ));
-        }
-        Some(dir) => {
-            let c = &model.config;
-            let floats = 2 * c.n_layers * config.block_size * c.n_kv_heads * c.head_dim;
-            Some(
-                kv_files::KvFiles::open(dir, &config.model_fingerprint, floats).map_err(|e| {
-                    StartError::Config(format!(
-                        "cannot use the storage directory {}: {e}",
-                        dir.display()
-                    ))
-                })?,
-            )
-        }
-    };
+    let (sched, files) = validate::validate(&config, &model, draft.as_ref())?;
     let stats = Arc::new(EngineStats::default());
     stats.set_kv_total(config.kv_blocks());
     let (commands, inbox) = mpsc::channel();
@@ -465,10 +406,6 @@ impl EngineHandle {
     /// False once the engine thread has stopped (it only stops on a bug).
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
-    }
-
-    pub fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
     }
 
     /// Requests admitted and not yet finished.

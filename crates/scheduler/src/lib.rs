@@ -1,7 +1,10 @@
 //! Continuous batching, as pure bookkeeping: which tokens of which sequences go into the next
-//! forward pass. No model, no threads, no clocks: the engine calls [`Scheduler::schedule`], runs
-//! the batch, then reports back with [`Scheduler::commit`], [`Scheduler::push_token`] and
-//! [`Scheduler::finish`].
+//! forward pass. No model, no threads, no clocks. A step is one cycle: [`Scheduler::plan`] makes
+//! a [`StepPlan`] that holds everything the forward pass needs (each entry's tokens and block
+//! table, the drafts being verified with their KV slots reserved, the KV copies between cache
+//! tiers to make first); the engine runs it and reports back once with [`Scheduler::update`]
+//! (what was computed, which drafts were kept, each sequence's next token, which copies failed).
+//! Requests that end leave with [`Scheduler::finish`].
 //!
 //! Each step:
 //! 1. every running sequence that is decoding gets its one new token (oldest first);
@@ -24,12 +27,16 @@
 //! recomputed later (the runner is batch-invariant, so recomputing changes nothing). The oldest
 //! sequence is never preempted by a newer one, so every admitted sequence makes progress.
 
+mod draft_tree;
 mod sequence;
+mod step;
 
+pub use draft_tree::DraftTree;
 pub use sequence::{SeqId, Sequence};
+pub use step::{DraftPlanner, Granted, Load, StepInput, StepOutcome};
 
 use kvcache::{BlockPool, KvCopy, OutOfBlocks, RadixCache, ToPersist};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// The order waiting sequences are admitted in (SGLang's `--schedule-policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -140,6 +147,14 @@ pub struct StepPlan {
     pub batch: Vec<Scheduled>,
     /// Sequences preempted to make room (they are waiting again).
     pub preempted: Vec<SeqId>,
+    /// What each batch entry feeds (same order as `batch`; filled by [`Scheduler::plan`]).
+    pub inputs: Vec<StepInput>,
+    /// The drafts verified this step, by sequence: each is a decode of the batch whose entry
+    /// feeds its last token and the drafts (`len` = 1 + drafts), their KV slots reserved.
+    pub drafts: HashMap<SeqId, DraftTree>,
+    /// KV copies between the prefix cache's tiers, to be made in order before the forward pass
+    /// (it could overwrite a block being demoted).
+    pub copies: Vec<KvCopy>,
 }
 
 impl StepPlan {
@@ -269,14 +284,14 @@ impl Scheduler {
 
     /// Drops the cached node holding device block `block` (and what follows it): its KV is not
     /// valid (it could not be read back).
-    pub fn forget_cached_block(&mut self, block: u32) {
+    pub(crate) fn forget_cached_block(&mut self, block: u32) {
         if let Some(c) = self.cache.as_mut() {
             c.forget_device_block(kvcache::BlockId(block));
         }
     }
 
     /// Releases the blocks pinned for storage reads, once the engine has made the copies.
-    pub fn unpin_cache_blocks(&mut self) {
+    pub(crate) fn unpin_cache_blocks(&mut self) {
         if let Some(c) = self.cache.as_mut() {
             c.unpin();
         }
@@ -284,7 +299,7 @@ impl Scheduler {
 
     /// Sends a running sequence back to the front of the queue without its blocks, to be
     /// recomputed (as a preemption does), e.g. after its cached prefix turned out unreadable.
-    pub fn requeue(&mut self, id: SeqId) {
+    pub(crate) fn requeue(&mut self, id: SeqId) {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             let mut seq = self.running.remove(i);
             seq.release();
@@ -303,7 +318,7 @@ impl Scheduler {
 
     /// The KV copies between the prefix cache's tiers that planning (and draft reservations)
     /// queued, in the order the runner must make them, before the step's forward pass.
-    pub fn take_copies(&mut self) -> Vec<KvCopy> {
+    pub(crate) fn take_copies(&mut self) -> Vec<KvCopy> {
         self.cache
             .as_mut()
             .map(RadixCache::take_copies)
@@ -339,7 +354,7 @@ impl Scheduler {
     }
 
     /// Plans the next step (see the crate docs). An empty plan means there is nothing to run.
-    pub fn schedule(&mut self) -> StepPlan {
+    pub(crate) fn schedule(&mut self) -> StepPlan {
         let mut plan = StepPlan::default();
         // 1. Decodes, then 2. prompt chunks of running sequences, oldest first.
         let mut budget = self.config.prefill_budget;
@@ -473,7 +488,7 @@ impl Scheduler {
     /// exist (a draft model writes its own KV for them into the same blocks while drafting).
     /// False, and nothing changes, if `id` is not decoding in the plan or its blocks cannot grow.
     /// [`Scheduler::add_drafts`] with at most that many drafts then succeeds.
-    pub fn reserve_drafts(&mut self, plan: &StepPlan, id: SeqId, drafts: usize) -> bool {
+    pub(crate) fn reserve_drafts(&mut self, plan: &StepPlan, id: SeqId, drafts: usize) -> bool {
         if !plan
             .batch
             .iter()
@@ -491,7 +506,7 @@ impl Scheduler {
     /// and the drafts in this step (`1 + drafts.len()` rows, all wanting logits). False, and
     /// nothing changes, if `id` is not decoding in the plan or its KV blocks cannot grow (a draft
     /// never preempts anyone).
-    pub fn add_drafts(&mut self, plan: &mut StepPlan, id: SeqId, drafts: &[u32]) -> bool {
+    pub(crate) fn add_drafts(&mut self, plan: &mut StepPlan, id: SeqId, drafts: &[u32]) -> bool {
         let Some(entry) = plan
             .batch
             .iter_mut()
@@ -515,7 +530,7 @@ impl Scheduler {
     /// After the step that verified `id`'s drafts (and [`Scheduler::commit`]): keeps the drafts
     /// at indices `kept` (the accepted branch, whose KV the caller moved into consecutive
     /// slots) and drops the rest, their KV slots included.
-    pub fn resolve_drafts(&mut self, id: SeqId, kept: &[usize]) {
+    pub(crate) fn resolve_drafts(&mut self, id: SeqId, kept: &[usize]) {
         if let Some(seq) = self.running_mut(id) {
             seq.resolve_drafts(kept);
         }
@@ -523,7 +538,7 @@ impl Scheduler {
 
     /// Records that the step ran: each scheduled sequence's fed tokens now have their KV, and
     /// the full blocks they completed (drafts aside) go into the prefix cache.
-    pub fn commit(&mut self, plan: &StepPlan) {
+    pub(crate) fn commit(&mut self, plan: &StepPlan) {
         for s in &plan.batch {
             let Some(seq) = self.running.iter_mut().find(|q| q.id == s.id) else {
                 continue;
@@ -536,7 +551,7 @@ impl Scheduler {
     }
 
     /// Appends a sampled token to a running sequence (to be fed next step).
-    pub fn push_token(&mut self, id: SeqId, token: u32) {
+    pub(crate) fn push_token(&mut self, id: SeqId, token: u32) {
         if let Some(seq) = self.running_mut(id) {
             seq.push(token);
         }

@@ -330,9 +330,9 @@ impl Generation {
                 let finish = if stopped { "stop" } else { reason.as_str() };
                 self.finish_choice(index, finish);
             }
-            TokenEvent::Failed(message) => {
+            TokenEvent::Failed(failure) => {
                 self.queue
-                    .push_back(Update::Failed(ApiError::internal(message)));
+                    .push_back(Update::Failed(ApiError::internal(failure.to_string())));
                 self.complete(Outcome::Error);
             }
         }

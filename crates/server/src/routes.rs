@@ -493,7 +493,7 @@ pub async fn probe(engine: &engine::EngineHandle, timeout: Duration) -> Result<(
         while let Some(event) = stream.events.recv().await {
             match event {
                 engine::TokenEvent::Finished { .. } => return Ok(()),
-                engine::TokenEvent::Failed(m) => return Err(m),
+                engine::TokenEvent::Failed(m) => return Err(m.to_string()),
                 engine::TokenEvent::Token { .. } | engine::TokenEvent::Admitted { .. } => {}
             }
         }

@@ -1,5 +1,8 @@
-//! Speculative decoding's pure parts: proposers guess a sequence's next tokens cheaply, and the
-//! policy decides which sequences speculate in a step and how far. Drafts are a chain or a tree
+//! Speculative decoding as one component ([`Speculator`]): drafters behind one interface
+//! ([`Drafter`]) guess a sequence's next tokens cheaply, the policy ([`Budget`]) decides which
+//! sequences speculate in a step and how far, and verification turns rows of the target's logits
+//! into accepted tokens, keeping the acceptance statistics and the step cost model the policy
+//! prices drafts with. Drafts are a chain or a tree
 //! ([`DraftTree`], `--speculative-eagle-topk` > 1). The engine runs the target model over
 //! `[last token, drafts…]` in one batched pass (tree attention for trees: `model::Tree`) and
 //! verifies the drafts with the sampler (`model::sampler::Sampler::verify`: greedy match, or
@@ -12,15 +15,20 @@
 
 pub mod adaptive;
 pub mod draft_model;
+pub mod drafter;
 pub mod ngram;
 pub mod policy;
-pub mod tree;
+pub mod speculator;
+pub mod verify;
 
 pub use adaptive::{Acceptance, CostModel, MatchAcceptance};
 pub use draft_model::{DraftError, DraftModel, DraftRequest, check_vocabulary};
-pub use ngram::NgramProposer;
-pub use policy::{Policy, PolicyConfig};
-pub use tree::DraftTree;
+pub use drafter::{Drafter, Guess, NgramDrafter};
+pub use ngram::{NgramProposer, WindowError};
+pub use policy::{Budget, Policy, PolicyConfig};
+pub use scheduler::DraftTree;
+pub use speculator::{Speculator, SpeculatorConfig};
+pub use verify::Verdict;
 
 /// The speculative algorithm (SGLang's `--speculative-algorithm` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +62,4 @@ impl std::str::FromStr for Algorithm {
             )),
         }
     }
-}
-
-/// Something that guesses a sequence's next tokens.
-pub trait Proposer {
-    /// Up to `max` draft tokens to follow `tokens` (the prompt and output so far); fewer or none
-    /// when it has no good guess.
-    fn propose(&mut self, tokens: &[u32], max: usize) -> Vec<u32>;
 }

@@ -2,9 +2,17 @@
 //! lookup decoding: find the most recent earlier occurrence of the sequence's last n tokens
 //! (n from the max match window down to the min) and propose the tokens that followed it.
 
-use crate::{DraftTree, Proposer};
+use crate::DraftTree;
 
 /// Earlier occurrences a draft tree is built from, at most.
+/// Match windows out of order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("n-gram match windows must satisfy 1 ≤ min ({min}) ≤ max ({max})")]
+pub struct WindowError {
+    pub min: usize,
+    pub max: usize,
+}
+
 const TREE_OCCURRENCES: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,11 +34,12 @@ impl Default for NgramProposer {
 
 impl NgramProposer {
     /// Validates the windows.
-    pub fn new(min_window: usize, max_window: usize) -> Result<Self, String> {
+    pub fn new(min_window: usize, max_window: usize) -> Result<Self, WindowError> {
         if min_window == 0 || max_window < min_window {
-            return Err(format!(
-                "n-gram match windows must satisfy 1 ≤ min ({min_window}) ≤ max ({max_window})"
-            ));
+            return Err(WindowError {
+                min: min_window,
+                max: max_window,
+            });
         }
         Ok(Self {
             min_window,
@@ -39,13 +48,13 @@ impl NgramProposer {
     }
 }
 
-impl Proposer for NgramProposer {
-    fn propose(&mut self, tokens: &[u32], max: usize) -> Vec<u32> {
+impl NgramProposer {
+    /// Up to `max` draft tokens to follow `tokens` (the prompt and output so far); none when
+    /// no n-gram of the window sizes recurs.
+    pub fn propose(&mut self, tokens: &[u32], max: usize) -> Vec<u32> {
         self.lookup(tokens, max).map(|(d, _)| d).unwrap_or_default()
     }
-}
 
-impl NgramProposer {
     /// Up to `max` drafts and the length of the suffix they were matched on (a longer match
     /// predicts acceptance better: the adaptive policy keeps statistics per match length).
     pub fn lookup(&self, tokens: &[u32], max: usize) -> Option<(Vec<u32>, usize)> {

@@ -1,7 +1,8 @@
-//! When to speculate and how far. Fixed rule (SGLang's): every decoding sequence gets up to
-//! `num_draft_tokens` drafts, unless more than `disable_batch_threshold` sequences are running,
-//! when nobody speculates (at large batches the step is compute-bound and extra rows cost their
-//! full price).
+//! When to speculate and how far ([`Budget`]). Fixed rule (SGLang's): every decoding sequence
+//! gets up to `num_draft_tokens` drafts, unless more than `disable_batch_threshold` sequences are
+//! running, when nobody speculates (at large batches the step is compute-bound and extra rows
+//! cost their full price). Adaptive (`--speculative-adaptive`): up to `num_draft_tokens` each, as
+//! many as raise the batch's expected tokens per second (see [`crate::adaptive`]).
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyConfig {
@@ -32,6 +33,28 @@ impl Policy {
             Some(limit) if running > limit => 0,
             _ => self.config.num_draft_tokens,
         }
+    }
+}
+
+/// The drafting policy: fixed or adaptive, one type.
+#[derive(Debug, Clone)]
+pub enum Budget {
+    Fixed(Policy),
+    Adaptive { num_draft_tokens: usize },
+}
+
+impl Budget {
+    /// The most drafts a decoding sequence may take this step, with `running` sequences
+    /// running (the adaptive policy then allocates within it).
+    pub fn ceiling(&self, running: usize) -> usize {
+        match self {
+            Self::Fixed(p) => p.drafts_per_sequence(running),
+            Self::Adaptive { num_draft_tokens } => *num_draft_tokens,
+        }
+    }
+
+    pub fn is_adaptive(&self) -> bool {
+        matches!(self, Self::Adaptive { .. })
     }
 }
 

@@ -1,0 +1,69 @@
+//! The step's forward half: make the plan's copies between cache tiers, then run one batched
+//! forward pass over the plan's entries (less those whose cached prefix could not be read).
+//! Reads only the plan; what happened goes to the update as a [`Forward`].
+
+use crate::step_loop::Engine;
+use model::{Logits, LogitsFor, ModelError, SeqInput, Tree};
+use scheduler::{SeqId, StepPlan};
+use std::time::Instant;
+
+/// What the forward half did.
+pub(crate) struct Forward {
+    /// Device blocks a copy from storage could not fill.
+    pub(crate) unreadable: Vec<u32>,
+    /// Batch entries left out: they hold an unreadable block and are to be recomputed.
+    pub(crate) lost: Vec<SeqId>,
+    /// The logits (rows of the entries that ran, in batch order), or why there are none; `None`
+    /// when nothing ran.
+    pub(crate) logits: Option<Result<Logits, ModelError>>,
+    pub(crate) seconds: f64,
+}
+
+impl Engine {
+    pub(crate) fn forward(&mut self, plan: &StepPlan) -> Forward {
+        let unreadable = self.copy_between_tiers(&plan.copies);
+        let lost = self.scheduler.holders(&unreadable);
+        let inputs: Vec<SeqInput<'_>> = plan
+            .batch
+            .iter()
+            .zip(&plan.inputs)
+            .filter(|(b, _)| !lost.contains(&b.id))
+            .map(|(b, input)| {
+                let draft = plan.drafts.get(&b.id);
+                SeqInput {
+                    tokens: &input.tokens,
+                    start_pos: b.start,
+                    blocks: &input.blocks,
+                    logits: if draft.is_some() {
+                        LogitsFor::All
+                    } else if b.logits {
+                        LogitsFor::Last
+                    } else {
+                        LogitsFor::None
+                    },
+                    // A chain needs no tree attention: its rows are consecutive positions.
+                    tree: draft.filter(|t| !t.is_chain()).map(|t| Tree {
+                        root: b.start,
+                        parents: t.parents(),
+                    }),
+                }
+            })
+            .collect();
+        if inputs.is_empty() {
+            return Forward {
+                unreadable,
+                lost,
+                logits: None,
+                seconds: 0.0,
+            };
+        }
+        let started = Instant::now();
+        let logits = self.runner.forward(&self.model, &inputs);
+        Forward {
+            unreadable,
+            lost,
+            logits: Some(logits),
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The prefix cache's host and storage tiers as data: the host tier's floats and the storage
+//! tier's files, and the copies between them and the device KV that planning asks for.
+
+use crate::kv_files::KvFiles;
+use crate::step_loop::Engine;
+use kvcache::{BlockId, KvCopy};
+use model::ModelError;
+use std::io;
+
+/// The host tier's KV and the storage tier's files.
+pub(crate) struct Tiers {
+    /// `Runner::block_floats` floats per host slot (pages are touched only as blocks are
+    /// demoted into them).
+    host_kv: Vec<f32>,
+    files: Option<KvFiles>,
+}
+
+/// Why a copy between tiers failed.
+#[derive(Debug, thiserror::Error)]
+enum TierError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("cannot write a stored block: {0}")]
+    Write(io::Error),
+    #[error(transparent)]
+    Io(io::Error),
+    #[error("no storage tier")]
+    NoStorage,
+}
+
+impl Tiers {
+    pub(crate) fn new(host_floats: usize, files: Option<KvFiles>) -> Self {
+        Self {
+            host_kv: vec![0.0; host_floats],
+            files,
+        }
+    }
+}
+
+impl Engine {
+    /// Makes the plan's copies between the prefix cache's tiers, in order, before the forward
+    /// pass can overwrite a demoted block. Returns the device blocks that could not be read
+    /// back from storage.
+    pub(crate) fn copy_between_tiers(&mut self, copies: &[KvCopy]) -> Vec<u32> {
+        let mut unreadable = Vec::new();
+        for copy in copies {
+            let done = self.copy(copy);
+            if let Err(e) = done {
+                tracing::error!("KV copy between cache tiers failed: {e}");
+                if let KvCopy::StorageToDevice { device, .. } = copy {
+                    unreadable.push(device.0);
+                }
+            }
+        }
+        unreadable
+    }
+
+    fn copy(&mut self, copy: &KvCopy) -> Result<(), TierError> {
+        let floats = self.runner.block_floats();
+        let slot = |h: BlockId| h.index() * floats..(h.index() + 1) * floats;
+        let tiers = &mut self.tiers;
+        match copy {
+            KvCopy::ToHost { device, host } => {
+                self.runner
+                    .save_block(device.0, &mut tiers.host_kv[slot(*host)])?;
+            }
+            KvCopy::ToDevice { host, device } => {
+                self.runner
+                    .load_block(device.0, &tiers.host_kv[slot(*host)])?;
+            }
+            KvCopy::HostToStorage { host, key, tokens } => {
+                if let Some(f) = &tiers.files {
+                    f.write(*key, tokens, &tiers.host_kv[slot(*host)])
+                        .map_err(TierError::Write)?;
+                }
+            }
+            KvCopy::StorageToDevice {
+                key,
+                device,
+                tokens,
+            } => {
+                let mut data = vec![0.0; floats];
+                let files = tiers.files.as_ref().ok_or(TierError::NoStorage)?;
+                files
+                    .read(*key, Some(tokens), &mut data)
+                    .map_err(TierError::Io)?;
+                self.runner.load_block(device.0, &data)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every cached block the storage tier lacks (a shutdown); returns how many.
+    pub(crate) fn persist_cache(&mut self) -> usize {
+        let Some(files) = &self.tiers.files else {
+            return 0;
+        };
+        let floats = self.runner.block_floats();
+        let mut data = vec![0.0; floats];
+        let mut written = 0;
+        for block in self.scheduler.persist_cache() {
+            let read: Result<(), TierError> = match block.from {
+                Ok(device) => self
+                    .runner
+                    .save_block(device.0, &mut data)
+                    .map_err(TierError::from),
+                Err(host) => {
+                    let at = host.index() * floats;
+                    data.copy_from_slice(&self.tiers.host_kv[at..at + floats]);
+                    Ok(())
+                }
+            };
+            let stored = read.and_then(|()| {
+                files
+                    .write(block.key, &block.tokens, &data)
+                    .map_err(TierError::Io)
+            });
+            match stored {
+                Ok(()) => written += 1,
+                Err(e) => tracing::error!("cannot store a cached block: {e}"),
+            }
+        }
+        tracing::info!(written, "prefix cache written to the storage tier");
+        written
+    }
+}

@@ -1,0 +1,216 @@
+//! The step's update half: sample each sequence that asked for logits (verifying its drafts
+//! through the speculator), move accepted draft KV into place, report the step to the
+//! scheduler once, then send the tokens and finish what is done.
+
+use crate::forward::Forward;
+use crate::step_loop::{Active, Engine};
+use crate::{FinishReason, RequestFailure, TokenEvent};
+use model::Logits;
+use model::sampler::Sampled;
+use scheduler::{SeqId, StepOutcome, StepPlan};
+use speculative::Verdict;
+
+/// One sequence's result of the step.
+struct Row {
+    id: SeqId,
+    /// The tokens it emits now (up to and including the one that finishes it).
+    emitted: Vec<Sampled>,
+    finish: Option<FinishReason>,
+    failed: Option<RequestFailure>,
+}
+
+impl Engine {
+    pub(crate) fn update(&mut self, plan: &StepPlan, forward: Forward) {
+        let Forward {
+            unreadable,
+            lost,
+            logits,
+            seconds,
+        } = forward;
+        let mut outcome = StepOutcome {
+            unreadable,
+            ..StepOutcome::default()
+        };
+        let logits = match logits {
+            Some(Ok(logits)) => logits,
+            None => {
+                self.report(plan, &outcome);
+                return;
+            }
+            Some(Err(e)) => {
+                tracing::error!("forward pass failed: {e}");
+                self.report(plan, &outcome);
+                for b in plan.batch.iter().filter(|b| !lost.contains(&b.id)) {
+                    self.fail(b.id, RequestFailure::Forward(e.to_string()));
+                }
+                return;
+            }
+        };
+        outcome.ran = true;
+        if let Some(spec) = self.speculator.as_mut().filter(|_| lost.is_empty()) {
+            spec.observe_step(plan, seconds);
+            if spec.is_adaptive() {
+                let (a, b) = spec.step_cost();
+                self.stats.set_step_cost(a, b);
+            }
+        }
+        self.stats.add_step();
+        let mut rows = Vec::new();
+        // Entry `j` of the batch is row `i` of the logits (lost entries did not run).
+        let mut i = 0;
+        for (j, b) in plan.batch.iter().enumerate() {
+            if lost.contains(&b.id) {
+                continue;
+            }
+            if b.logits
+                && let Some(row) = self.sample(plan, j, i, &logits, &mut outcome)
+            {
+                rows.push(row);
+            }
+            i += 1;
+        }
+        self.report(plan, &outcome);
+        for row in rows {
+            self.deliver(row);
+        }
+    }
+
+    /// Tells the scheduler what happened; sequences it sends back lose their draft KV.
+    fn report(&mut self, plan: &StepPlan, outcome: &StepOutcome) {
+        let requeued = self.scheduler.update(plan, outcome);
+        if let Some(spec) = self.speculator.as_mut() {
+            for id in requeued {
+                spec.lost_kv(id);
+            }
+        }
+    }
+
+    /// Samples batch entry `j` (logits entry `i`), verifying its drafts if it has any;
+    /// records the kept drafts and its next token in `outcome`.
+    fn sample(
+        &mut self,
+        plan: &StepPlan,
+        j: usize,
+        i: usize,
+        logits: &Logits,
+        outcome: &mut StepOutcome,
+    ) -> Option<Row> {
+        let (id, start) = (plan.batch[j].id, plan.batch[j].start);
+        let a = self.active.get_mut(&id)?;
+        let verdict = match (plan.drafts.get(&id), self.speculator.as_mut()) {
+            (Some(tree), Some(spec)) => {
+                let v = spec.verify(
+                    id,
+                    tree,
+                    |n| logits.row(i, n),
+                    &mut a.sampler,
+                    a.request.logprobs,
+                );
+                a.verifications += 1;
+                a.verified_tokens += v.emitted.len();
+                self.stats
+                    .add_verification(tree.len(), v.path.len(), !tree.is_chain());
+                v
+            }
+            _ => {
+                let mut row = logits.row(i, 0).to_vec();
+                Verdict {
+                    emitted: vec![a.sampler.sample(&mut row, a.request.logprobs)],
+                    path: Vec::new(),
+                }
+            }
+        };
+        let (count, finish) = finish_point(a, &self.end_of_generation, &verdict.emitted);
+        let mut row = Row {
+            id,
+            emitted: verdict.emitted,
+            finish,
+            failed: None,
+        };
+        row.emitted.truncate(count);
+        if plan.drafts.contains_key(&id) {
+            // The accepted branch's KV moves to consecutive slots after the root.
+            let blocks = &plan.inputs[j].blocks;
+            let moved = verdict
+                .path
+                .iter()
+                .enumerate()
+                .filter(|&(k, &n)| n != k + 1)
+                .try_for_each(|(k, &n)| self.runner.move_kv(blocks, start + n, start + k + 1));
+            if let Err(e) = moved {
+                tracing::error!("moving verified KV failed: {e}");
+                row.failed = Some(RequestFailure::Forward(e.to_string()));
+                return Some(row);
+            }
+            outcome
+                .kept
+                .insert(id, verdict.path.iter().map(|n| n - 1).collect());
+        }
+        if row.finish.is_none()
+            && let Some(last) = row.emitted.last()
+        {
+            outcome.next.push((id, last.token));
+        }
+        Some(row)
+    }
+
+    /// Sends a row's tokens, then finishes the request if it ended (or failed).
+    fn deliver(&mut self, row: Row) {
+        if let Some(failure) = row.failed {
+            self.fail(row.id, failure);
+            return;
+        }
+        let Some(a) = self.active.get_mut(&row.id) else {
+            return;
+        };
+        for s in row.emitted {
+            a.generated += 1;
+            self.stats.add_generation_tokens(1);
+            let is_stop = is_stop(a, &self.end_of_generation, s.token);
+            let _ = a.events.send(TokenEvent::Token {
+                id: s.token,
+                is_stop,
+                logprob: s.logprob,
+                top_logprobs: s.top,
+                spec_accept_length: a.spec_accept_length(),
+            });
+        }
+        let Some(reason) = row.finish else {
+            return;
+        };
+        let finished = TokenEvent::Finished {
+            reason,
+            prompt_tokens: a.request.prompt.len(),
+            completion_tokens: a.generated,
+            spec_accept_length: a.spec_accept_length(),
+        };
+        let events = a.events.clone();
+        self.end(row.id);
+        self.stats.add_finished();
+        let _ = events.send(finished);
+    }
+}
+
+/// Whether `token` ends the request's generation.
+fn is_stop(a: &Active, end_of_generation: &[u32], token: u32) -> bool {
+    (!a.request.ignore_eos && end_of_generation.contains(&token))
+        || a.request.stop_token_ids.contains(&token)
+}
+
+/// How many of `emitted` the request takes, and why it finishes there if it does: at the first
+/// stop token, or at `max_tokens`.
+fn finish_point(
+    a: &Active,
+    end_of_generation: &[u32],
+    emitted: &[Sampled],
+) -> (usize, Option<FinishReason>) {
+    for (k, s) in emitted.iter().enumerate() {
+        if is_stop(a, end_of_generation, s.token) {
+            return (k + 1, Some(FinishReason::Stop));
+        }
+        if a.generated + k + 1 >= a.request.max_tokens {
+            return (k + 1, Some(FinishReason::Length));
+        }
+    }
+    (emitted.len(), None)
+}

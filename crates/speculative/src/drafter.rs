@@ -1,0 +1,92 @@
+//! The drafters behind one interface: prompt lookup (`NGRAM`) guesses from the sequence's own
+//! tokens before anything is reserved; a draft model (`STANDALONE`) drafts once the step's KV
+//! slots are reserved, since it writes its own KV into them. A learned head that reads the
+//! target's hidden states (EAGLE-3) gets them through [`DraftRequest::hidden`].
+
+use crate::{DraftModel, DraftRequest, DraftTree, NgramProposer};
+use model::ModelError;
+
+/// What a drafter can tell about a sequence before its draft slots are granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guess {
+    /// Drafts found already (prompt lookup), with the length of the n-gram match they continue
+    /// (their acceptance is estimated by it).
+    Drafts { tree: DraftTree, matched: usize },
+    /// No good guess: the sequence does not speculate this step.
+    Nothing,
+    /// Drafting needs the reserved slots: it happens in [`Drafter::draft`].
+    AfterSlots,
+}
+
+/// Something that proposes draft tokens for decoding sequences.
+pub trait Drafter {
+    /// Up to `max` drafts following `tokens` (prompt and output so far), in a tree of `width`
+    /// candidates per node (1: a chain), if the drafter can tell without KV slots.
+    fn guess(&mut self, tokens: &[u32], max: usize, width: usize) -> Guess;
+    /// KV slots past the sequence's last token that drafting `nodes` drafts in `depth` levels
+    /// of `width` writes (besides the drafts verified).
+    fn slots(&self, depth: usize, width: usize, nodes: usize) -> usize;
+    /// Drafts for the sequences that answered [`Guess::AfterSlots`], their slots reserved.
+    fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError>;
+    /// After verification: the sequence `key` kept `tokens` (the accepted path, in order).
+    fn accepted(&mut self, key: u64, tokens: &[u32]) -> Result<(), ModelError>;
+    /// The sequence's KV is gone (it ended, was preempted or is recomputed).
+    fn forget(&mut self, key: u64);
+}
+
+/// Prompt lookup as a drafter.
+#[derive(Debug, Clone)]
+pub struct NgramDrafter(pub NgramProposer);
+
+impl Drafter for NgramDrafter {
+    fn guess(&mut self, tokens: &[u32], max: usize, width: usize) -> Guess {
+        let found = if width == 1 {
+            self.0
+                .lookup(tokens, max)
+                .map(|(d, n)| (DraftTree::chain(d), n))
+        } else {
+            self.0.lookup_tree(tokens, max, width)
+        };
+        match found {
+            Some((tree, matched)) => Guess::Drafts { tree, matched },
+            None => Guess::Nothing,
+        }
+    }
+
+    fn slots(&self, _depth: usize, _width: usize, nodes: usize) -> usize {
+        nodes
+    }
+
+    fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {
+        // Every guess is made up front; nothing drafts later.
+        Ok(vec![DraftTree::default(); requests.len()])
+    }
+
+    fn accepted(&mut self, _key: u64, _tokens: &[u32]) -> Result<(), ModelError> {
+        Ok(())
+    }
+
+    fn forget(&mut self, _key: u64) {}
+}
+
+impl Drafter for DraftModel {
+    fn guess(&mut self, _tokens: &[u32], _max: usize, _width: usize) -> Guess {
+        Guess::AfterSlots
+    }
+
+    fn slots(&self, depth: usize, width: usize, nodes: usize) -> usize {
+        DraftRequest::slots(depth, width, nodes)
+    }
+
+    fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {
+        self.propose(requests)
+    }
+
+    fn accepted(&mut self, key: u64, tokens: &[u32]) -> Result<(), ModelError> {
+        self.resolve(key, tokens)
+    }
+
+    fn forget(&mut self, key: u64) {
+        DraftModel::forget(self, key);
+    }
+}

@@ -1,0 +1,158 @@
+//! The speculator driven by a real scheduler over made-up logits: no model runs.
+
+use super::*;
+use crate::{NgramDrafter, NgramProposer};
+use kvcache::BlockPool;
+use model::sampler::SamplingParams;
+use scheduler::{Scheduler, SchedulerConfig, StepOutcome};
+
+const VOCAB: usize = 32;
+
+/// A prompt that repeats, so prompt lookup finds the continuation `7, 8, 9, 10`.
+const PROMPT: [u32; 8] = [5, 6, 7, 8, 9, 10, 5, 6];
+
+fn speculator(num_draft_tokens: usize, threshold: Option<usize>) -> Speculator {
+    let config = SpeculatorConfig {
+        policy: PolicyConfig {
+            num_draft_tokens,
+            disable_batch_threshold: threshold,
+        },
+        adaptive: false,
+        topk: 1,
+        num_steps: 1,
+        kappa: 0.25,
+        max_match: 4,
+    };
+    let drafter = NgramDrafter(NgramProposer::new(1, 4).unwrap());
+    Speculator::new(config, Box::new(drafter))
+}
+
+fn scheduler() -> Scheduler {
+    let pool = BlockPool::with_blocks(4, 64).unwrap();
+    Scheduler::new(SchedulerConfig::default(), pool).unwrap()
+}
+
+/// Logits whose argmax is `token`.
+fn favouring(token: u32) -> Vec<f32> {
+    let mut row = vec![0.0; VOCAB];
+    row[token as usize] = 10.0;
+    row
+}
+
+fn greedy() -> Sampler {
+    let params = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    Sampler::new(params, &PROMPT)
+}
+
+/// Prefills `ids` (one step, no drafts: nothing decodes yet), each sampling `first`.
+fn prefill(s: &mut Scheduler, spec: &mut Speculator, ids: &[u64], first: u32, max_tokens: usize) {
+    for &id in ids {
+        s.add(SeqId(id), PROMPT.to_vec());
+        spec.add(SeqId(id), max_tokens);
+    }
+    let plan = s.plan(Some(spec));
+    assert!(plan.drafts.is_empty(), "a prefill has nothing to verify");
+    let outcome = StepOutcome {
+        ran: true,
+        next: ids.iter().map(|&id| (SeqId(id), first)).collect(),
+        ..StepOutcome::default()
+    };
+    s.update(&plan, &outcome);
+}
+
+#[test]
+fn prompt_lookup_drafts_ride_along_a_decode_and_verification_keeps_the_matching_ones() {
+    let (mut s, mut spec) = (scheduler(), speculator(3, None));
+    prefill(&mut s, &mut spec, &[1], 7, 100);
+    let plan = s.plan(Some(&mut spec));
+    let tree = plan.drafts.get(&SeqId(1)).expect("drafted").clone();
+    assert_eq!(tree.tokens(), &[8, 9, 10], "the continuation after `6, 7`");
+    assert_eq!(plan.batch[0].len, 4, "the last token and three drafts");
+    assert_eq!(plan.inputs[0].tokens, vec![7, 8, 9, 10]);
+    assert!(plan.inputs[0].blocks.len() * 4 >= plan.batch[0].start + 4);
+    // The target agrees with the first two drafts, then wants 3.
+    let rows = [favouring(8), favouring(9), favouring(3), favouring(1)];
+    let v = spec.verify(SeqId(1), &tree, |n| &rows[n], &mut greedy(), None);
+    let tokens: Vec<u32> = v.emitted.iter().map(|s| s.token).collect();
+    assert_eq!(tokens, vec![8, 9, 3]);
+    assert_eq!(v.path, vec![1, 2]);
+    let outcome = StepOutcome {
+        ran: true,
+        kept: [(SeqId(1), vec![0, 1])].into(),
+        next: vec![(SeqId(1), 3)],
+        ..StepOutcome::default()
+    };
+    s.update(&plan, &outcome);
+    let seq = s.get(SeqId(1)).unwrap();
+    assert_eq!(seq.generated(), &[7, 8, 9, 3]);
+    assert_eq!(
+        seq.computed(),
+        PROMPT.len() + 3,
+        "the rejected draft's KV is gone"
+    );
+}
+
+#[test]
+fn a_rejected_first_draft_still_yields_the_models_own_token() {
+    let (mut s, mut spec) = (scheduler(), speculator(2, None));
+    prefill(&mut s, &mut spec, &[1], 7, 100);
+    let plan = s.plan(Some(&mut spec));
+    let tree = plan.drafts[&SeqId(1)].clone();
+    let rows = [favouring(4), favouring(9), favouring(10)];
+    let v = spec.verify(SeqId(1), &tree, |n| &rows[n], &mut greedy(), None);
+    assert_eq!(v.emitted.len(), 1);
+    assert_eq!(v.emitted[0].token, 4);
+    assert!(v.path.is_empty());
+}
+
+#[test]
+fn no_drafts_past_max_tokens_nor_over_the_batch_threshold() {
+    // One token left: the bonus token takes it, so no drafts.
+    let (mut s, mut spec) = (scheduler(), speculator(3, None));
+    prefill(&mut s, &mut spec, &[1], 7, 2);
+    assert!(s.plan(Some(&mut spec)).drafts.is_empty());
+    // Three drafts allowed by max_tokens 3 would be two at most.
+    let (mut s, mut spec) = (scheduler(), speculator(3, None));
+    prefill(&mut s, &mut spec, &[1], 7, 4);
+    assert_eq!(s.plan(Some(&mut spec)).drafts[&SeqId(1)].len(), 2);
+    // More running than the threshold: nobody speculates.
+    let (mut s, mut spec) = (scheduler(), speculator(3, Some(1)));
+    prefill(&mut s, &mut spec, &[1, 2], 7, 100);
+    let plan = s.plan(Some(&mut spec));
+    assert_eq!(plan.batch.len(), 2);
+    assert!(plan.drafts.is_empty());
+}
+
+#[test]
+fn adaptive_drafts_stop_when_rows_cost_more_than_they_can_win() {
+    let mut config = SpeculatorConfig {
+        policy: PolicyConfig {
+            num_draft_tokens: 4,
+            disable_batch_threshold: None,
+        },
+        adaptive: true,
+        topk: 1,
+        num_steps: 1,
+        kappa: 0.25,
+        max_match: 4,
+    };
+    let ngram = || Box::new(NgramDrafter(NgramProposer::new(1, 4).unwrap()));
+    // Steps are nearly free per row: drafts from a long match pay.
+    let mut cheap = Speculator::new(config, ngram());
+    // Each row costs as much as a whole step: none pays.
+    config.kappa = 0.0;
+    let mut dear = Speculator::new(config, ngram());
+    for rows in 1..=20 {
+        cheap.observe_cost(rows as f64, 0.010 + 0.000_01 * rows as f64);
+        dear.observe_cost(rows as f64, 0.010 * rows as f64);
+    }
+    for (spec, drafts) in [(&mut cheap, true), (&mut dear, false)] {
+        let mut s = scheduler();
+        prefill(&mut s, spec, &[1], 7, 100);
+        let plan = s.plan(Some(spec));
+        assert_eq!(!plan.drafts.is_empty(), drafts);
+    }
+}
