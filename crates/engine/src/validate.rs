@@ -86,8 +86,7 @@ pub(crate) fn validate(
             return Err(ConfigError::StorageNeedsHostTier);
         }
         Some(dir) => {
-            let c = &model.config;
-            let floats = 2 * c.n_layers * config.block_size * c.n_kv_heads * c.head_dim;
+            let floats = model::Runner::block_floats_for(&model.config, config.block_size);
             Some(
                 KvFiles::open(dir, &config.model_fingerprint, floats).map_err(|source| {
                     ConfigError::StorageDir {

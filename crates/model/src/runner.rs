@@ -114,6 +114,15 @@ impl Logits {
     }
 }
 
+/// The KV store's layout for `cfg`.
+fn kv_shape(cfg: &ModelConfig, block_size: usize) -> KvShape {
+    KvShape {
+        block_size,
+        n_kv_heads: cfg.n_kv_heads,
+        head_dim: cfg.head_dim,
+    }
+}
+
 /// The forward pass and the KV store it owns (`n_blocks` blocks of `block_size` tokens).
 #[derive(Debug)]
 pub struct Runner {
@@ -126,11 +135,7 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(cfg: &ModelConfig, block_size: usize, n_blocks: usize) -> Self {
-        let shape = KvShape {
-            block_size,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
-        };
+        let shape = kv_shape(cfg, block_size);
         let len = cfg.n_layers * n_blocks * shape.block_stride();
         Self {
             shape,
@@ -148,6 +153,12 @@ impl Runner {
     /// Bytes the KV store takes.
     pub fn kv_bytes(&self) -> usize {
         (self.keys.len() + self.values.len()) * std::mem::size_of::<f32>()
+    }
+
+    /// [`Runner::block_floats`] of a runner for `cfg` with `block_size`-token blocks, before
+    /// there is one.
+    pub fn block_floats_for(cfg: &ModelConfig, block_size: usize) -> usize {
+        2 * cfg.n_layers * kv_shape(cfg, block_size).block_stride()
     }
 
     /// Floats of one block's keys and values over all layers (what [`Runner::save_block`]
