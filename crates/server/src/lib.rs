@@ -10,6 +10,8 @@ mod body;
 mod chat;
 pub mod error;
 mod generate;
+#[cfg(test)]
+mod golden;
 pub mod metrics;
 mod params;
 pub mod parsers;

@@ -514,11 +514,29 @@ async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
         Phase::Ready => "ready",
         Phase::Draining => "draining",
     };
-    axum::Json(json!({
+    let (enabled, host_total) = state.loaded().map_or((false, 0), |l| {
+        (
+            l.engine.config().prefix_cache,
+            l.engine.config().host_cache_blocks,
+        )
+    });
+    let mut info = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "served_model_name": state.served_model_name,
         "phase": phase,
         "config": state.info,
+    });
+    if let (Value::Object(info), Value::Object(counters)) =
+        (&mut info, counters_json(&s, enabled, host_total))
+    {
+        info.extend(counters);
+    }
+    axum::Json(info)
+}
+
+/// The statistics sections of `/server_info`.
+pub(crate) fn counters_json(s: &engine::StatsSnapshot, enabled: bool, host_total: usize) -> Value {
+    json!({
         "stats": {
             "in_flight": s.in_flight,
             "running": s.running,
@@ -533,14 +551,14 @@ async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
             "finished": s.finished,
         },
         "prefix_cache": {
-            "enabled": state.loaded().is_some_and(|l| l.engine.config().prefix_cache),
+            "enabled": enabled,
             "hit_rate": s.cache_hit_rate(),
             "prompt_tokens": s.cache_prompt_tokens,
             "cached_tokens": s.cache_hit_tokens,
             "device_blocks": s.cache_blocks,
             "device_idle_blocks": s.cache_idle_blocks,
             "host_blocks": s.cache_host_blocks,
-            "host_blocks_total": state.loaded().map_or(0, |l| l.engine.config().host_cache_blocks),
+            "host_blocks_total": host_total,
             "host_cached_tokens": s.cache_host_hit_tokens,
             "demoted_blocks": s.cache_demoted_blocks,
             "promoted_blocks": s.cache_promoted_blocks,
@@ -559,7 +577,7 @@ async fn server_info(State(state): State<Shared>) -> axum::Json<Value> {
             "steps_off": s.spec_steps_off,
             "step_cost_ms": {"a": s.step_cost_a * 1e3, "b_per_row": s.step_cost_b * 1e3},
         }
-    }))
+    })
 }
 
 async fn metrics(State(state): State<Shared>) -> Response {
