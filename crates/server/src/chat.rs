@@ -2,14 +2,14 @@
 //! and the output through the reasoning and tool-call parsers into OpenAI's message or stream
 //! deltas (`reasoning_content`, `tool_calls`).
 
+use crate::Shared;
 use crate::error::ApiError;
 use crate::generate::{Generation, ParseSpec, TokenInfo};
 use crate::params;
 use crate::parsers::{Output, ToolFormat};
+use crate::request::{blocking, check_length, read_body};
+use crate::respond::{StreamFormat, random_id, respond, to_json};
 use crate::responses;
-use crate::routes::{
-    Shared, StreamFormat, blocking, check_length, random_id, read_body, respond, to_json,
-};
 use crate::tool_request::{self, ToolRequest};
 use axum::body::Bytes;
 use axum::extract::State;
