@@ -2,6 +2,7 @@
 //! as it is (no template), answered as OpenAI's `text_completion`.
 
 use crate::Shared;
+use crate::body::Body;
 use crate::error::ApiError;
 use crate::generate::{Generation, ParseSpec, TokenInfo};
 use crate::params;
@@ -23,69 +24,8 @@ pub(crate) async fn completions(
     let started = Instant::now();
     let body = read_body(&state, body)?;
     let params = params::parse(&body, false)?;
-    let vocab = state.model().tokenizer.vocab_size();
-    // Text prompts are tokenized below; token-id prompts are taken as they are.
-    enum P {
-        Text(String),
-        Ids(Vec<u32>),
-    }
-    let ids = |v: &Vec<Value>| -> Result<Vec<u32>, ApiError> {
-        v.iter()
-            .map(|t| {
-                t.as_u64()
-                    .filter(|&id| (id as usize) < vocab)
-                    .map(|id| id as u32)
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "prompt",
-                            format!("token ids must be integers below {vocab}"),
-                        )
-                    })
-            })
-            .collect()
-    };
-    let prompts: Vec<P> = match body.get("prompt") {
-        Some(Value::String(s)) => vec![P::Text(s.clone())],
-        Some(Value::Array(items)) if !items.is_empty() => {
-            if items.iter().all(Value::is_number) {
-                vec![P::Ids(ids(items)?)]
-            } else {
-                items
-                    .iter()
-                    .map(|item| match item {
-                        Value::String(s) => Ok(P::Text(s.clone())),
-                        Value::Array(inner) => Ok(P::Ids(ids(inner)?)),
-                        _ => Err(ApiError::invalid(
-                            "prompt",
-                            "`prompt` must be a string, a list of strings, or token ids",
-                        )),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-        }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "`prompt` must be a string, a list of strings, or token ids",
-            ));
-        }
-        None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
-    };
-    let st = state.clone();
-    let prompts: Vec<Vec<u32>> = blocking(move || {
-        prompts
-            .into_iter()
-            .map(|p| match p {
-                P::Ids(ids) => Ok(ids),
-                P::Text(t) => st
-                    .model()
-                    .tokenizer
-                    .encode(&t, true, true)
-                    .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize: {e}"))),
-            })
-            .collect()
-    })
-    .await?;
+    let prompts = prompts(&body, state.model().tokenizer.vocab_size())?;
+    let prompts = tokenize(&state, prompts).await?;
     for p in &prompts {
         if p.is_empty() {
             return Err(ApiError::invalid("prompt", "the prompt is empty"));
@@ -120,6 +60,75 @@ pub(crate) async fn completions(
             usage,
             params.logprobs.is_some(),
         )
+    })
+    .await
+}
+
+/// One prompt of a request: text is tokenized, token ids are taken as they are.
+enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// `prompt`: a string, a list of strings, token ids, or a list of token-id lists (ids below
+/// `vocab`).
+fn prompts(body: &Body, vocab: usize) -> Result<Vec<Prompt>, ApiError> {
+    let ids = |v: &Vec<Value>| -> Result<Vec<u32>, ApiError> {
+        v.iter()
+            .map(|t| {
+                t.as_u64()
+                    .filter(|&id| (id as usize) < vocab)
+                    .map(|id| id as u32)
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "prompt",
+                            format!("token ids must be integers below {vocab}"),
+                        )
+                    })
+            })
+            .collect()
+    };
+    let not_a_prompt = || {
+        ApiError::invalid(
+            "prompt",
+            "`prompt` must be a string, a list of strings, or token ids",
+        )
+    };
+    match body.get("prompt") {
+        Some(Value::String(s)) => Ok(vec![Prompt::Text(s.clone())]),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            if items.iter().all(Value::is_number) {
+                return Ok(vec![Prompt::Ids(ids(items)?)]);
+            }
+            items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(Prompt::Text(s.clone())),
+                    Value::Array(inner) => Ok(Prompt::Ids(ids(inner)?)),
+                    _ => Err(not_a_prompt()),
+                })
+                .collect()
+        }
+        Some(_) => Err(not_a_prompt()),
+        None => Err(ApiError::invalid("prompt", "`prompt` is required")),
+    }
+}
+
+/// The prompts as token ids (tokenized off the async threads).
+async fn tokenize(state: &Shared, prompts: Vec<Prompt>) -> Result<Vec<Vec<u32>>, ApiError> {
+    let state = state.clone();
+    blocking(move || {
+        prompts
+            .into_iter()
+            .map(|p| match p {
+                Prompt::Ids(ids) => Ok(ids),
+                Prompt::Text(t) => state
+                    .model()
+                    .tokenizer
+                    .encode(&t, true, true)
+                    .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize: {e}"))),
+            })
+            .collect()
     })
     .await
 }
