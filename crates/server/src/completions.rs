@@ -17,6 +17,7 @@ use axum::response::Response;
 use serde_json::Value;
 use std::time::Instant;
 
+/// Every prompt checked and tokenized before any is submitted; `n` choices each.
 pub(crate) async fn completions(
     State(state): State<Shared>,
     body: Result<Bytes, BytesRejection>,

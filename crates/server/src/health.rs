@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 
+/// 200 while ready and the engine thread runs; 503 otherwise.
 pub(crate) async fn health(State(state): State<Shared>) -> Response {
     match state.phase() {
         Phase::Ready if state.model().engine.is_alive() => StatusCode::OK.into_response(),

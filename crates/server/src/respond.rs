@@ -11,6 +11,17 @@ use axum::response::{IntoResponse, Response};
 use std::convert::Infallible;
 use tokio::sync::mpsc;
 
+/// How an endpoint renders a streamed generation's events as `data:` payloads.
+pub(crate) trait StreamFormat: Send + 'static {
+    /// Chunks before any text (chat: each choice's assistant role).
+    fn opening(&mut self, choices: usize) -> Vec<String>;
+    /// Chunks for new output of choice `index` and the tokens that made it.
+    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String>;
+    fn done(&mut self, index: usize, finish: &str) -> String;
+    /// The final chunk with `usage` and no choices.
+    fn usage(&self, usage: protocol::Usage) -> String;
+}
+
 /// The response to a generation: streamed in `format`, or collected whole and shaped by
 /// `whole`.
 pub(crate) async fn respond<B: serde::Serialize>(
@@ -25,10 +36,6 @@ pub(crate) async fn respond<B: serde::Serialize>(
     let n = generation.choices();
     let (results, usage) = collect(generation, n).await?;
     Ok(axum::Json(whole(results, usage)).into_response())
-}
-
-pub(crate) fn random_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
 }
 
 /// Runs a generation to its end (non-streaming responses).
@@ -54,32 +61,6 @@ async fn collect(
         }
     }
     Ok((results, generation.usage()))
-}
-
-/// An SSE response whose events come from `rx`; when the client goes away the body is dropped,
-/// `rx` with it, and the producer sees its channel closed.
-fn sse(rx: mpsc::Receiver<String>) -> Response {
-    let events = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|data| (Ok::<_, Infallible>(Event::default().data(data)), rx))
-    });
-    Sse::new(events).into_response()
-}
-
-pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).expect("response types serialise")
-}
-
-/// How an endpoint renders a streamed generation's events as `data:` payloads.
-pub(crate) trait StreamFormat: Send + 'static {
-    /// Chunks before any text (chat: each choice's assistant role).
-    fn opening(&mut self, choices: usize) -> Vec<String>;
-    /// Chunks for new output of choice `index` and the tokens that made it.
-    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String>;
-    fn done(&mut self, index: usize, finish: &str) -> String;
-    /// The final chunk with `usage` and no choices.
-    fn usage(&self, usage: protocol::Usage) -> String;
 }
 
 /// Streams a generation as SSE in `format`, then the usage chunk (if asked) and `[DONE]`. A client
@@ -126,4 +107,25 @@ fn stream(
         let _ = tx.send("[DONE]".into()).await;
     });
     sse(rx)
+}
+
+/// An SSE response whose events come from `rx`; when the client goes away the body is dropped,
+/// `rx` with it, and the producer sees its channel closed.
+fn sse(rx: mpsc::Receiver<String>) -> Response {
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|data| (Ok::<_, Infallible>(Event::default().data(data)), rx))
+    });
+    Sse::new(events).into_response()
+}
+
+/// A response body as JSON text.
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("response types serialise")
+}
+
+/// 16 random hex digits for a response id.
+pub(crate) fn random_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
 }
