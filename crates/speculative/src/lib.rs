@@ -23,7 +23,8 @@ pub use policy::{Policy, PolicyConfig};
 pub use tree::DraftTree;
 
 /// The speculative algorithm (SGLang's `--speculative-algorithm` values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "UPPER")]
 pub enum Algorithm {
     None,
     Ngram,
