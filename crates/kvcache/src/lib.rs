@@ -10,8 +10,7 @@
 //! - [`radix`]: [`RadixCache`], the prefix cache: full blocks of earlier sequences kept in a
 //!   radix tree by their tokens, reused by new sequences, evicted least recently used first.
 //! - [`table`]: [`BlockTable`], one sequence's blocks: append (atomic, [`OutOfBlocks`] on
-//!   failure), slot lookup, truncate (speculative rollback), fork (sharing by ref count) and
-//!   copy-on-write of a shared last block.
+//!   failure), slot lookup, truncate (speculative rollback), release on drop.
 //!
 //! # Ownership: why `Rc<RefCell<..>>`
 //!
@@ -35,11 +34,12 @@
 //!
 //! # Sharing
 //!
-//! Blocks are ref-counted so that several holders can read one block: [`BlockTable::fork`]
-//! today, the radix prefix cache later (it will hold tables of its own). Writing into a shared
-//! block is the caller's decision: [`BlockPool::is_shared`] / [`BlockPool::ref_count`] say when,
-//! and [`BlockTable::cow_last_block`] swaps a shared partly filled last block for a private copy
-//! the runner fills.
+//! Blocks are ref-counted so that several holders can read one block: the radix prefix cache
+//! holds a reference to each block it caches, and [`RadixCache::acquire`] hands a new sequence a
+//! table over the cached full blocks of its prefix, each taking one more reference; they are
+//! freed when the last holder lets go. Only full blocks are shared that way, and a sequence
+//! appends after them into blocks of its own. Writing into a shared block is the caller's
+//! decision: [`BlockPool::is_shared`] / [`BlockPool::ref_count`] say when.
 //!
 //! ```
 //! use kvcache::{BlockPool, PoolConfig};
@@ -70,4 +70,6 @@ pub use pool::{
     BlockId, BlockPool, Capacity, ConfigError, DEFAULT_BLOCK_SIZE, OutOfBlocks, PoolConfig,
 };
 pub use radix::{FNV_OFFSET, KvCopy, RadixCache, RadixStats, Reuse, ToPersist, fnv1a, path_key};
-pub use table::{BlockCopy, BlockTable, Slot};
+#[cfg(test)]
+pub use table::BlockCopy;
+pub use table::{BlockTable, Slot};

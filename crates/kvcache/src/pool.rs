@@ -185,10 +185,6 @@ impl PoolInner {
     pub(crate) fn ref_count(&self, id: BlockId) -> u32 {
         self.ref_counts.get(id.index()).copied().unwrap_or(0)
     }
-
-    pub(crate) fn block_size(&self) -> usize {
-        self.block_size
-    }
 }
 
 /// A shared handle to the block pool of one KV cache.

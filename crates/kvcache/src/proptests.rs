@@ -1,5 +1,8 @@
 //! Property tests: random allocate / append / fork / truncate / cow / drop sequences never leak,
-//! never double-free, and keep ref counts equal to the references tables hold.
+//! never double-free, and keep ref counts equal to the references tables hold (fork and cow are
+//! test-only: they share blocks, partly filled ones too, more freely than the engine does); and
+//! requests through the radix cache, which shares cached full blocks between sequences by
+//! [`RadixCache::acquire`](crate::RadixCache::acquire) as the engine does, leak nothing either.
 
 use std::collections::{HashMap, HashSet};
 

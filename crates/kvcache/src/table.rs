@@ -1,4 +1,4 @@
-//! Block tables: the blocks holding one sequence's KV, grown, shrunk, forked, freed on drop.
+//! Block tables: the blocks holding one sequence's KV, grown, shrunk, freed on drop.
 
 use std::fmt;
 use std::ops::Range;
@@ -20,8 +20,9 @@ impl Slot {
     }
 }
 
-/// A copy the runner must make in KV storage: the first `num_tokens` slots of block `src` into
-/// block `dst` (see [`BlockTable::cow_last_block`]).
+/// A copy of the first `num_tokens` slots of block `src` into block `dst`, as
+/// [`BlockTable::cow_last_block`] reports it. Test-only, like that method.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "the runner must copy the KV of `src` into `dst` before writing into `dst`"]
 pub struct BlockCopy {
@@ -89,7 +90,7 @@ impl BlockTable {
     }
 
     /// New blocks [`append`](Self::append) would take to grow by `k` tokens (the scheduler's
-    /// budget check). Does not count the copy [`needs_cow`](Self::needs_cow) may call for.
+    /// budget check).
     pub fn blocks_needed(&self, k: usize) -> usize {
         self.num_tokens
             .saturating_add(k)
@@ -100,8 +101,9 @@ impl BlockTable {
     /// Adds `k` token slots, taking new blocks as the last one fills up. Either all `k` slots are
     /// added or, with [`OutOfBlocks`], nothing changes.
     ///
-    /// The new slots of a partly filled last block are written in place: if that block is shared
-    /// ([`needs_cow`](Self::needs_cow)), call [`cow_last_block`](Self::cow_last_block) first.
+    /// The new slots of a partly filled last block are written in place, so the caller must not
+    /// append into a last block another holder shares ([`BlockPool::is_shared`]); the engine's
+    /// tables share only the full blocks the radix cache hands out.
     pub fn append(&mut self, k: usize) -> Result<(), OutOfBlocks> {
         let needed = self.blocks_needed(k);
         self.pool
@@ -159,6 +161,11 @@ impl BlockTable {
 
     /// A second table with the same tokens, sharing every block (full and partial) by ref count;
     /// nothing is allocated, so it cannot fail.
+    ///
+    /// Test-only: the engine never forks a sequence (tables share blocks through
+    /// [`RadixCache::acquire`](crate::RadixCache::acquire)); the tests use it to share blocks,
+    /// partial ones included, and check the ref counts.
+    #[cfg(test)]
     pub fn fork(&self) -> BlockTable {
         let mut pool = self.pool.inner().borrow_mut();
         for &id in &self.blocks {
@@ -172,7 +179,8 @@ impl BlockTable {
     }
 
     /// Whether appending would write into a block another holder also reads: the last block is
-    /// partly filled and shared.
+    /// partly filled and shared. Test-only, with [`fork`](Self::fork).
+    #[cfg(test)]
     pub fn needs_cow(&self) -> bool {
         let partial = !self.num_tokens.is_multiple_of(self.block_size());
         partial
@@ -184,7 +192,8 @@ impl BlockTable {
 
     /// Copy-on-write for the last block: if [`needs_cow`](Self::needs_cow), swaps it for a fresh
     /// private block and returns the copy the runner must make; otherwise does nothing. With
-    /// [`OutOfBlocks`] nothing changes.
+    /// [`OutOfBlocks`] nothing changes. Test-only, with [`fork`](Self::fork).
+    #[cfg(test)]
     pub fn cow_last_block(&mut self) -> Result<Option<BlockCopy>, OutOfBlocks> {
         if !self.needs_cow() {
             return Ok(None);
@@ -192,6 +201,7 @@ impl BlockTable {
         let Some(&src) = self.blocks.last() else {
             return Ok(None);
         };
+        let bs = self.block_size();
         let mut pool = self.pool.inner().borrow_mut();
         let mut fresh = Vec::with_capacity(1);
         pool.allocate_into(1, &mut fresh)?;
@@ -202,7 +212,7 @@ impl BlockTable {
         Ok(Some(BlockCopy {
             src,
             dst,
-            num_tokens: self.num_tokens - last * pool.block_size(),
+            num_tokens: self.num_tokens - last * bs,
         }))
     }
 }

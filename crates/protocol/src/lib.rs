@@ -1,7 +1,9 @@
-//! OpenAI wire types, shared by the server, the benchmark client and the mock server.
+//! OpenAI wire types, shared by the server, the benchmark client and the mock server: chat
+//! messages, responses and stream chunks, usage, models and the error body.
 //!
-//! Only serde types live here (no I/O). Request types keep unknown fields in `extra` so that
-//! engine-specific parameters (`ignore_eos`, `top_k`, ...) pass through untouched.
+//! Only serde types live here (no I/O). Requests have none: the server reads them field by field
+//! (naming the parameter in each error) and clients write them as JSON, their messages as
+//! [`ChatMessage`], which keeps its other fields (`tool_calls`, `name`, ...) in `extra`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -51,57 +53,6 @@ pub fn content_text(content: Option<&Value>, separator: &str) -> String {
             .join(separator),
         _ => String::new(),
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct StreamOptions {
-    #[serde(default)]
-    pub include_usage: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatCompletionRequest {
-    #[serde(default)]
-    pub model: String,
-    pub messages: Vec<ChatMessage>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_completion_tokens: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f32>,
-    #[serde(default)]
-    pub stream: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-/// `prompt` of a legacy completion: a string or a list of strings (token-id prompts pass as JSON).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Prompt {
-    Text(String),
-    Texts(Vec<String>),
-    Other(Value),
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompletionRequest {
-    #[serde(default)]
-    pub model: String,
-    pub prompt: Prompt,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f32>,
-    #[serde(default)]
-    pub stream: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -297,32 +248,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn request_keeps_engine_specific_fields() {
-        let json = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],
-            "max_tokens":5,"stream":true,"ignore_eos":true,"top_k":3}"#;
-        let req: ChatCompletionRequest = serde_json::from_str(json).unwrap();
-        assert_eq!(req.extra.get("ignore_eos"), Some(&Value::Bool(true)));
-        assert_eq!(req.extra.get("top_k"), Some(&Value::from(3)));
-        let back = serde_json::to_value(&req).unwrap();
-        assert_eq!(back["ignore_eos"], Value::Bool(true));
-        assert_eq!(req.messages[0].text(), "hi");
-    }
-
-    #[test]
     fn message_text_joins_parts() {
         let msg: ChatMessage = serde_json::from_str(
             r#"{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#,
         )
         .unwrap();
         assert_eq!(msg.text(), "ab");
-    }
-
-    #[test]
-    fn completion_prompt_forms() {
-        let one: CompletionRequest = serde_json::from_str(r#"{"prompt":"x"}"#).unwrap();
-        assert_eq!(one.prompt, Prompt::Text("x".into()));
-        let many: CompletionRequest = serde_json::from_str(r#"{"prompt":["x","y"]}"#).unwrap();
-        assert_eq!(many.prompt, Prompt::Texts(vec!["x".into(), "y".into()]));
     }
 
     #[test]

@@ -39,7 +39,7 @@ use kvcache::{BlockPool, KvCopy, OutOfBlocks, RadixCache, ToPersist};
 use std::collections::{HashMap, VecDeque};
 
 /// The order waiting sequences are admitted in (SGLang's `--schedule-policy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum SchedulePolicy {
     /// Arrival order (preempted sequences first).
     #[default]

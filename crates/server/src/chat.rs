@@ -2,14 +2,15 @@
 //! and the output through the reasoning and tool-call parsers into OpenAI's message or stream
 //! deltas (`reasoning_content`, `tool_calls`).
 
+use crate::Shared;
+use crate::body::Body;
 use crate::error::ApiError;
 use crate::generate::{Generation, ParseSpec, TokenInfo};
 use crate::params;
 use crate::parsers::{Output, ToolFormat};
+use crate::request::{blocking, check_length, read_body};
+use crate::respond::{StreamFormat, random_id, respond, to_json};
 use crate::responses;
-use crate::routes::{
-    Shared, StreamFormat, blocking, check_length, random_id, read_body, respond, to_json,
-};
 use crate::tool_request::{self, ToolRequest};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -27,36 +28,13 @@ pub(crate) async fn chat(
     let started = Instant::now();
     let body = read_body(&state, body)?;
     let params = params::parse(&body, true)?;
-    let mut messages = match body.get("messages") {
+    let messages = match body.get("messages") {
         Some(Value::Array(m)) if !m.is_empty() => m.clone(),
         Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "`messages` is empty")),
         Some(_) => return Err(ApiError::invalid("messages", "`messages` must be a list")),
         None => return Err(ApiError::invalid("messages", "`messages` is required")),
     };
-    let mut opts = ChatOptions::default();
-    if let Some(v) = body.bool("add_generation_prompt")? {
-        opts.add_generation_prompt = v;
-    }
-    match body.get("chat_template_kwargs") {
-        None => {}
-        Some(Value::Object(kw)) => opts.extra = kw.clone(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "chat_template_kwargs",
-                "`chat_template_kwargs` must be an object",
-            ));
-        }
-    }
-    let enable_thinking = match opts.extra.get("enable_thinking") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "chat_template_kwargs",
-                "`chat_template_kwargs.enable_thinking` must be a boolean",
-            ));
-        }
-    };
+    let (opts, enable_thinking) = template_options(&body)?;
     let separate_reasoning = body.bool("separate_reasoning")?.unwrap_or(true);
     let tools = ToolRequest::parse(&body)?;
     tool_request::check_history(&messages)?;
@@ -76,27 +54,14 @@ pub(crate) async fn chat(
         let most = if tools.parallel { usize::MAX } else { 1 };
         (f, most, tools.names())
     });
-    let st = state.clone();
-    let prefill = opening.clone();
-    let (prompt, text) = blocking(move || {
-        let template = st
-            .model()
-            .template
-            .as_ref()
-            .ok_or_else(|| ApiError::bad_request("this model has no chat template"))?;
-        opts.tools = tools.adapt(&mut messages, template.caps(), format);
-        let mut text = template
-            .render(&messages, &opts)
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-        text.push_str(&prefill);
-        let ids = st
-            .model()
-            .tokenizer
-            .encode(&text, true, true)
-            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))?;
-        Ok((ids, text))
-    })
-    .await?;
+    let prompt = Prompt {
+        messages,
+        opts,
+        tools,
+        format,
+        prefill: opening.clone(),
+    };
+    let (prompt, text) = prompt.render(&state).await?;
     check_length(&state, &prompt, &params)?;
     let parse = ParseSpec {
         // A forced call's opening ends the prompt: no thought comes before it.
@@ -125,6 +90,79 @@ pub(crate) async fn chat(
         )
     })
     .await
+}
+
+/// `add_generation_prompt` and `chat_template_kwargs` as the template's options, and
+/// `chat_template_kwargs.enable_thinking` (`None`: not given).
+fn template_options(body: &Body) -> Result<(ChatOptions, Option<bool>), ApiError> {
+    let mut opts = ChatOptions::default();
+    if let Some(v) = body.bool("add_generation_prompt")? {
+        opts.add_generation_prompt = v;
+    }
+    match body.get("chat_template_kwargs") {
+        None => {}
+        Some(Value::Object(kw)) => opts.extra = kw.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "`chat_template_kwargs` must be an object",
+            ));
+        }
+    }
+    let enable_thinking = match opts.extra.get("enable_thinking") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "`chat_template_kwargs.enable_thinking` must be a boolean",
+            ));
+        }
+    };
+    Ok((opts, enable_thinking))
+}
+
+/// What the chat template renders: the messages, its options, and the tools (adapted to what
+/// the template can take, in `format`), then `prefill` after the rendered text.
+struct Prompt {
+    messages: Vec<Value>,
+    opts: ChatOptions,
+    tools: ToolRequest,
+    format: ToolFormat,
+    prefill: String,
+}
+
+impl Prompt {
+    /// The prompt's token ids and its text (rendered and tokenized off the async threads).
+    async fn render(self, state: &Shared) -> Result<(Vec<u32>, String), ApiError> {
+        let state = state.clone();
+        let Prompt {
+            mut messages,
+            mut opts,
+            tools,
+            format,
+            prefill,
+        } = self;
+        blocking(move || {
+            let template = state
+                .model()
+                .template
+                .as_ref()
+                .ok_or_else(|| ApiError::bad_request("this model has no chat template"))?;
+            opts.tools = tools.adapt(&mut messages, template.caps(), format);
+            let mut text = template
+                .render(&messages, &opts)
+                .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+            text.push_str(&prefill);
+            let ids = state
+                .model()
+                .tokenizer
+                .encode(&text, true, true)
+                .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))?;
+            Ok((ids, text))
+        })
+        .await
+    }
 }
 
 struct ChatStream {

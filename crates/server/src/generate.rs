@@ -238,12 +238,9 @@ impl Generation {
     }
 
     fn handle(&mut self, index: usize, event: TokenEvent) {
-        let now = Instant::now();
-        let metrics = &self.state.metrics;
-        let choice = &mut self.choices[index];
         match event {
             TokenEvent::Admitted { cached_tokens } => {
-                choice.cached_tokens = Some(cached_tokens);
+                self.choices[index].cached_tokens = Some(cached_tokens);
             }
             TokenEvent::Token {
                 id,
@@ -252,90 +249,111 @@ impl Generation {
                 top_logprobs,
                 spec_accept_length,
             } => {
-                if spec_accept_length.is_some() {
-                    choice.spec_accept_length = spec_accept_length;
-                }
-                match choice.last_token {
-                    None => metrics.ttft.observe((now - self.started).as_secs_f64()),
-                    Some(t) => metrics.itl.observe((now - t).as_secs_f64()),
-                }
-                choice.first_token.get_or_insert(now);
-                choice.last_token = Some(now);
-                choice.completion_tokens += 1;
-                if choice.finish.is_some() || is_stop {
-                    return;
-                }
                 let info = TokenInfo {
                     id,
                     logprob: logprob.unwrap_or(0.0),
                     top: top_logprobs,
                 };
-                let tokens = if self.logprobs {
-                    vec![info]
-                } else {
-                    Vec::new()
-                };
-                let piece = match choice.decoder.push(&self.state.model().tokenizer, id) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        self.queue
-                            .push_back(Update::Failed(ApiError::internal(format!(
-                                "cannot decode token {id}: {e}"
-                            ))));
-                        self.complete(Outcome::Error);
-                        return;
-                    }
-                };
-                let (text, stopped) = choice.stop.push(&piece);
-                let pieces = parse_text(&mut choice.parser, &text, &self.state);
-                let enough_calls = choice.parser.is_done();
-                let engine_id = choice.engine_id;
-                self.queue.push_back(Update::Output {
-                    index,
-                    pieces,
-                    tokens,
-                });
-                if stopped || enough_calls {
-                    // A stop string, or all the tool calls it may make: end the engine's work on
-                    // this choice now.
-                    self.state.model().engine.stop(engine_id);
-                    self.finish_choice(index, "stop");
-                }
+                self.on_token(index, info, is_stop, spec_accept_length);
             }
             TokenEvent::Finished {
                 reason,
                 spec_accept_length,
                 ..
-            } => {
-                if spec_accept_length.is_some() {
-                    choice.spec_accept_length = spec_accept_length;
-                }
-                if choice.finish.is_some() {
-                    return;
-                }
-                let mut rest = choice.decoder.flush();
-                let (text, stopped) = choice.stop.push(&rest);
-                rest = text;
-                if !stopped {
-                    rest.push_str(&choice.stop.finish());
-                }
-                let pieces = parse_text(&mut choice.parser, &rest, &self.state);
-                if !pieces.is_empty() {
-                    self.queue.push_back(Update::Output {
-                        index,
-                        pieces,
-                        tokens: Vec::new(),
-                    });
-                }
-                let finish = if stopped { "stop" } else { reason.as_str() };
-                self.finish_choice(index, finish);
-            }
+            } => self.on_finished(index, reason.as_str(), spec_accept_length),
             TokenEvent::Failed(failure) => {
                 self.queue
                     .push_back(Update::Failed(ApiError::internal(failure.to_string())));
                 self.complete(Outcome::Error);
             }
         }
+    }
+
+    /// A token of choice `index`: timed, counted, and (unless the choice is done or it is the stop
+    /// token) decoded, checked for stop strings and parsed.
+    fn on_token(
+        &mut self,
+        index: usize,
+        info: TokenInfo,
+        is_stop: bool,
+        spec_accept_length: Option<f32>,
+    ) {
+        let now = Instant::now();
+        let metrics = &self.state.metrics;
+        let choice = &mut self.choices[index];
+        if spec_accept_length.is_some() {
+            choice.spec_accept_length = spec_accept_length;
+        }
+        match choice.last_token {
+            None => metrics.ttft.observe((now - self.started).as_secs_f64()),
+            Some(t) => metrics.itl.observe((now - t).as_secs_f64()),
+        }
+        choice.first_token.get_or_insert(now);
+        choice.last_token = Some(now);
+        choice.completion_tokens += 1;
+        if choice.finish.is_some() || is_stop {
+            return;
+        }
+        let id = info.id;
+        let tokens = if self.logprobs {
+            vec![info]
+        } else {
+            Vec::new()
+        };
+        let piece = match choice.decoder.push(&self.state.model().tokenizer, id) {
+            Ok(p) => p,
+            Err(e) => {
+                self.queue
+                    .push_back(Update::Failed(ApiError::internal(format!(
+                        "cannot decode token {id}: {e}"
+                    ))));
+                self.complete(Outcome::Error);
+                return;
+            }
+        };
+        let (text, stopped) = choice.stop.push(&piece);
+        let pieces = parse_text(&mut choice.parser, &text, &self.state);
+        let enough_calls = choice.parser.is_done();
+        let engine_id = choice.engine_id;
+        self.queue.push_back(Update::Output {
+            index,
+            pieces,
+            tokens,
+        });
+        if stopped || enough_calls {
+            // A stop string, or all the tool calls it may make: end the engine's work on
+            // this choice now.
+            self.state.model().engine.stop(engine_id);
+            self.finish_choice(index, "stop");
+        }
+    }
+
+    /// The engine finished choice `index` (for `reason`): the text its decoder and stop-string
+    /// check held back goes out, unless a stop string ended it already.
+    fn on_finished(&mut self, index: usize, reason: &'static str, spec_accept_length: Option<f32>) {
+        let choice = &mut self.choices[index];
+        if spec_accept_length.is_some() {
+            choice.spec_accept_length = spec_accept_length;
+        }
+        if choice.finish.is_some() {
+            return;
+        }
+        let mut rest = choice.decoder.flush();
+        let (text, stopped) = choice.stop.push(&rest);
+        rest = text;
+        if !stopped {
+            rest.push_str(&choice.stop.finish());
+        }
+        let pieces = parse_text(&mut choice.parser, &rest, &self.state);
+        if !pieces.is_empty() {
+            self.queue.push_back(Update::Output {
+                index,
+                pieces,
+                tokens: Vec::new(),
+            });
+        }
+        let finish = if stopped { "stop" } else { reason };
+        self.finish_choice(index, finish);
     }
 
     /// Ends choice `index`: what its parsers held back goes out, and a choice that called tools

@@ -8,11 +8,18 @@
 
 mod body;
 mod chat;
+mod completions;
 pub mod error;
 mod generate;
+#[cfg(test)]
+mod golden;
+mod health;
+mod info;
 pub mod metrics;
 mod params;
 pub mod parsers;
+mod request;
+mod respond;
 mod responses;
 mod routes;
 pub mod script;
@@ -20,7 +27,8 @@ pub mod stop;
 mod tool_request;
 
 pub use error::ApiError;
-pub use routes::{probe, router};
+pub use health::probe;
+pub use routes::router;
 
 use engine::EngineHandle;
 use metrics::ServerMetrics;
@@ -28,8 +36,11 @@ use model::chat_template::ChatTemplate;
 use model::tokenizer::Tokenizer;
 use parsers::{ReasoningFormat, ToolFormat};
 use script::Script;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The state as the handlers hold it.
+pub(crate) type Shared = Arc<AppState>;
 
 /// Where the server is in its life: `/health` is 200 only when `Ready`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,9 +30,34 @@ pub struct GenParams {
     pub ignore_eos: bool,
 }
 
-/// Reads the shared parameters. `chat` selects how `logprobs` is spelled: a boolean plus
+/// Reads the shared parameters (each checked in this order, so that a request with several
+/// mistakes is told about the same one). `chat` selects how `logprobs` is spelled: a boolean plus
 /// `top_logprobs` (chat) or an integer (completions).
 pub fn parse(body: &Body, chat: bool) -> Result<GenParams, ApiError> {
+    let max_tokens = max_tokens(body, chat)?;
+    let (sampling, seed) = sampling(body)?;
+    let stop = stop(body)?;
+    let stop_token_ids = stop_token_ids(body)?;
+    let n = body.integer("n", 1, MAX_N)?.unwrap_or(1) as usize;
+    let logprobs = logprobs(body, chat)?;
+    let stream = body.bool("stream")?.unwrap_or(false);
+    let include_usage = include_usage(body)?;
+    Ok(GenParams {
+        max_tokens,
+        sampling,
+        seed,
+        stop,
+        stop_token_ids,
+        n,
+        logprobs,
+        stream,
+        include_usage,
+        ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
+    })
+}
+
+/// `max_tokens`, or chat's `max_completion_tokens` (which wins): at least 1.
+fn max_tokens(body: &Body, chat: bool) -> Result<Option<usize>, ApiError> {
     let limit = i64::from(u32::MAX);
     let mut max_tokens = body.integer("max_tokens", i64::MIN, limit)?;
     if chat && let Some(v) = body.integer("max_completion_tokens", i64::MIN, limit)? {
@@ -51,6 +76,11 @@ pub fn parse(body: &Body, chat: bool) -> Result<GenParams, ApiError> {
             format!("`{param}` must be at least 1, got {v}"),
         ));
     }
+    Ok(max_tokens.map(|v| v as usize))
+}
+
+/// The sampling parameters, and the request's seed.
+fn sampling(body: &Body) -> Result<(SamplingParams, Option<u64>), ApiError> {
     let top_k = body.integer("top_k", -1, i64::from(u32::MAX))?.unwrap_or(0);
     let seed = body.integer("seed", i64::MIN, i64::MAX)?.map(|s| s as u64);
     let sampling = SamplingParams {
@@ -72,7 +102,12 @@ pub fn parse(body: &Body, chat: bool) -> Result<GenParams, ApiError> {
     sampling
         .validate()
         .map_err(|m| ApiError::bad_request(m.to_string()))?;
-    let stop = match body.get("stop") {
+    Ok((sampling, seed))
+}
+
+/// `stop`: a string or a list of them, none empty, at most [`MAX_STOPS`].
+fn stop(body: &Body) -> Result<Vec<String>, ApiError> {
+    let stop: Vec<String> = match body.get("stop") {
         None => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(items)) => items
@@ -99,8 +134,13 @@ pub fn parse(body: &Body, chat: bool) -> Result<GenParams, ApiError> {
     if stop.iter().any(String::is_empty) {
         return Err(ApiError::invalid("stop", "stop strings must not be empty"));
     }
-    let stop_token_ids = match body.get("stop_token_ids") {
-        None => Vec::new(),
+    Ok(stop)
+}
+
+/// `stop_token_ids`: a list of token ids.
+fn stop_token_ids(body: &Body) -> Result<Vec<u32>, ApiError> {
+    match body.get("stop_token_ids") {
+        None => Ok(Vec::new()),
         Some(Value::Array(items)) => items
             .iter()
             .map(|v| {
@@ -110,61 +150,50 @@ pub fn parse(body: &Body, chat: bool) -> Result<GenParams, ApiError> {
                         ApiError::invalid("stop_token_ids", "`stop_token_ids` must be token ids")
                     })
             })
-            .collect::<Result<_, _>>()?,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "stop_token_ids",
-                "`stop_token_ids` must be a list of token ids",
-            ));
-        }
-    };
-    let n = body.integer("n", 1, MAX_N)?.unwrap_or(1) as usize;
-    let logprobs = if chat {
-        let on = body.bool("logprobs")?.unwrap_or(false);
-        let top = body.integer("top_logprobs", 0, MAX_TOP_LOGPROBS)?;
-        if top.is_some() && !on {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                "`top_logprobs` needs `logprobs` set to true",
-            ));
-        }
-        on.then(|| top.unwrap_or(0) as usize)
-    } else {
-        body.integer("logprobs", 0, MAX_TOP_LOGPROBS)?
-            .map(|k| k as usize)
-    };
-    let stream = body.bool("stream")?.unwrap_or(false);
-    let include_usage = match body.get("stream_options") {
-        None => false,
+            .collect(),
+        Some(_) => Err(ApiError::invalid(
+            "stop_token_ids",
+            "`stop_token_ids` must be a list of token ids",
+        )),
+    }
+}
+
+/// How many top log-probabilities each token reports, if any: chat's `logprobs` (a boolean) with
+/// `top_logprobs`, or completions' `logprobs` (the count).
+fn logprobs(body: &Body, chat: bool) -> Result<Option<usize>, ApiError> {
+    if !chat {
+        return Ok(body
+            .integer("logprobs", 0, MAX_TOP_LOGPROBS)?
+            .map(|k| k as usize));
+    }
+    let on = body.bool("logprobs")?.unwrap_or(false);
+    let top = body.integer("top_logprobs", 0, MAX_TOP_LOGPROBS)?;
+    if top.is_some() && !on {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "`top_logprobs` needs `logprobs` set to true",
+        ));
+    }
+    Ok(on.then(|| top.unwrap_or(0) as usize))
+}
+
+/// `stream_options.include_usage`.
+fn include_usage(body: &Body) -> Result<bool, ApiError> {
+    match body.get("stream_options") {
+        None => Ok(false),
         Some(Value::Object(o)) => match o.get("include_usage") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "stream_options",
-                    "`stream_options.include_usage` must be a boolean",
-                ));
-            }
-        },
-        Some(_) => {
-            return Err(ApiError::invalid(
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(ApiError::invalid(
                 "stream_options",
-                "`stream_options` must be an object",
-            ));
-        }
-    };
-    Ok(GenParams {
-        max_tokens: max_tokens.map(|v| v as usize),
-        sampling,
-        seed,
-        stop,
-        stop_token_ids,
-        n,
-        logprobs,
-        stream,
-        include_usage,
-        ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
-    })
+                "`stream_options.include_usage` must be a boolean",
+            )),
+        },
+        Some(_) => Err(ApiError::invalid(
+            "stream_options",
+            "`stream_options` must be an object",
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use crate::Failure;
 use crate::bench_cmd::{RunArgs, load_dataset, run_bench};
-use crate::serve::{Running, ServeArgs, ServeConfig};
+use crate::serve::{LogLevel, Running, ServeArgs, ServeConfig};
 use anyhow::{Context, anyhow, bail};
 use bench::compare::{compare, render};
 use bench::mock::MockConfig;
@@ -155,13 +155,13 @@ impl DemoArgs {
             host: Some("127.0.0.1".into()),
             port: Some(0),
             model_path: Some(model_path),
-            log_level: Some("warning".into()),
+            log_level: Some(LogLevel::Warning),
             threads: self.threads,
             shutdown_timeout: Some(10),
             ..ServeArgs::default()
         };
         if let Some(algorithm) = algorithm {
-            args.speculative_algorithm = Some(algorithm.to_string());
+            args.speculative_algorithm = Some(algorithm);
             args.speculative_adaptive = !self.spec_fixed;
             args.speculative_num_draft_tokens = self.spec_num_draft_tokens;
             if algorithm == speculative::Algorithm::Standalone {

@@ -59,25 +59,10 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
     if args.max_tokens == 0 {
         return Err(anyhow!("--max-tokens must be at least 1").into());
     }
-    let path = crate::model_cmd::resolve(args.model)?;
+    let path = crate::model_cmd::resolve(args.model.clone())?;
     let model = Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&model.file).context("cannot build the tokenizer")?;
-    let text = if args.chat {
-        let template = model::chat_template::ChatTemplate::from_gguf(&model.file, &tokenizer)
-            .context("the model has no usable chat template")?;
-        let messages = [serde_json::json!({"role": "user", "content": args.prompt})];
-        template
-            .render(&messages, &model::chat_template::ChatOptions::default())
-            .context("cannot render the chat template")?
-    } else {
-        args.prompt.clone()
-    };
-    let prompt = tokenizer
-        .encode(&text, true, args.chat)
-        .context("cannot tokenize the prompt")?;
-    if prompt.is_empty() {
-        return Err(anyhow!("the prompt is empty").into());
-    }
+    let prompt = prompt_tokens(&args, &model, &tokenizer)?;
     let context = model.config.context_length;
     let total = (prompt.len() + args.max_tokens).min(context);
     if prompt.len() >= context {
@@ -87,72 +72,30 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
         )
         .into());
     }
-
-    let pool = BlockPool::with_blocks(BLOCK_SIZE, total.div_ceil(BLOCK_SIZE) as u32)
-        .map_err(|e| anyhow!("KV cache: {e}"))?;
-    let mut table = pool.new_table();
-    table
-        .append(prompt.len())
-        .map_err(|e| anyhow!("KV cache: {e}"))?;
-    let mut runner = Runner::new(&model.config, BLOCK_SIZE, pool.total_blocks() as usize);
+    let mut seq = Sequence::new(&model, prompt.len(), total)?;
     let mut sampler = Sampler::new(params, &prompt);
-    let mut decoder = IncrementalDecoder::new(true);
-    let mut stdout = std::io::stdout();
-
-    // One forward pass over new tokens at `start`; the last row's logits.
-    let mut step = |tokens: &[u32], start: usize, table: &kvcache::BlockTable| {
-        let blocks: Vec<u32> = table.blocks().iter().map(|b| b.get()).collect();
-        let input = SeqInput {
-            tokens,
-            start_pos: start,
-            blocks: &blocks,
-            logits: LogitsFor::Last,
-            tree: None,
-        };
-        runner.forward(&model, &[input]).map(|l| l.last(0).to_vec())
-    };
 
     let t0 = Instant::now();
-    let mut tokens = prompt.clone();
     let mut logits = Vec::new();
     for start in (0..prompt.len()).step_by(PREFILL_CHUNK) {
         let end = (start + PREFILL_CHUNK).min(prompt.len());
-        logits = step(&prompt[start..end], start, &table)?;
+        logits = seq.forward(&prompt[start..end], start)?;
     }
     let prefill_s = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
-    let mut generated = 0usize;
-    let mut ids_out = Vec::new();
-    loop {
-        let next = sampler.sample(&mut logits, None).token;
-        generated += 1;
-        ids_out.push(next);
-        let eog = tokenizer.is_eog(next) && !args.ignore_eos;
-        if !eog {
-            let piece = decoder
-                .push(&tokenizer, next)
-                .context("cannot decode a token")?;
-            stdout
-                .write_all(piece.as_bytes())
-                .context("writing to stdout")?;
-            stdout.flush().ok();
-        }
-        if eog || generated >= args.max_tokens || tokens.len() + 1 >= total {
-            break;
-        }
-        let pos = tokens.len();
-        tokens.push(next);
-        table.append(1).map_err(|e| anyhow!("KV cache: {e}"))?;
-        logits = step(&tokens[pos..], pos, &table)?;
-    }
+    let ids = decode(
+        &args,
+        &tokenizer,
+        &mut seq,
+        &mut sampler,
+        &prompt,
+        total,
+        logits,
+    )?;
     let decode_s = t1.elapsed().as_secs_f64();
-    let tail = decoder.flush();
-    stdout
-        .write_all(tail.as_bytes())
-        .context("writing to stdout")?;
-    println!();
     // Decode speed counts the forward passes after the first token (which came from the prefill).
+    let generated = ids.len();
     let decode_rate = if generated > 1 {
         (generated - 1) as f64 / decode_s
     } else {
@@ -166,8 +109,114 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
         decode_rate
     );
     if args.show_ids {
-        let ids: Vec<String> = ids_out.iter().map(u32::to_string).collect();
+        let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
         println!("ids: {}", ids.join(" "));
     }
     Ok(())
+}
+
+/// The prompt's tokens: the text as given, or as a user message in the chat template.
+fn prompt_tokens(
+    args: &GenerateArgs,
+    model: &Model,
+    tokenizer: &Tokenizer,
+) -> anyhow::Result<Vec<u32>> {
+    let text = if args.chat {
+        let template = model::chat_template::ChatTemplate::from_gguf(&model.file, tokenizer)
+            .context("the model has no usable chat template")?;
+        let messages = [serde_json::json!({"role": "user", "content": args.prompt})];
+        template
+            .render(&messages, &model::chat_template::ChatOptions::default())
+            .context("cannot render the chat template")?
+    } else {
+        args.prompt.clone()
+    };
+    let prompt = tokenizer
+        .encode(&text, true, args.chat)
+        .context("cannot tokenize the prompt")?;
+    if prompt.is_empty() {
+        anyhow::bail!("the prompt is empty");
+    }
+    Ok(prompt)
+}
+
+/// The one sequence's model, runner and KV blocks (a pool of enough for `total` tokens).
+struct Sequence<'m> {
+    model: &'m Model,
+    runner: Runner,
+    table: kvcache::BlockTable,
+}
+
+impl<'m> Sequence<'m> {
+    fn new(model: &'m Model, prompt: usize, total: usize) -> anyhow::Result<Self> {
+        let blocks = total.div_ceil(BLOCK_SIZE);
+        let pool = BlockPool::with_blocks(BLOCK_SIZE, blocks as u32)
+            .map_err(|e| anyhow!("KV cache: {e}"))?;
+        let mut table = pool.new_table();
+        table.append(prompt).map_err(|e| anyhow!("KV cache: {e}"))?;
+        let runner = Runner::new(&model.config, BLOCK_SIZE, blocks);
+        Ok(Self {
+            model,
+            runner,
+            table,
+        })
+    }
+
+    /// One forward pass over new tokens at `start`; the last row's logits.
+    fn forward(&mut self, tokens: &[u32], start: usize) -> anyhow::Result<Vec<f32>> {
+        let blocks: Vec<u32> = self.table.blocks().iter().map(|b| b.get()).collect();
+        let input = SeqInput {
+            tokens,
+            start_pos: start,
+            blocks: &blocks,
+            logits: LogitsFor::Last,
+            tree: None,
+        };
+        let logits = self.runner.forward(self.model, &[input])?;
+        Ok(logits.last(0).to_vec())
+    }
+}
+
+/// Samples and streams tokens to stdout until an end of generation, `--max-tokens` or `total`
+/// tokens in all; the generated ids.
+fn decode(
+    args: &GenerateArgs,
+    tokenizer: &Tokenizer,
+    seq: &mut Sequence<'_>,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    total: usize,
+    mut logits: Vec<f32>,
+) -> anyhow::Result<Vec<u32>> {
+    let mut stdout = std::io::stdout();
+    let mut decoder = IncrementalDecoder::new(true);
+    let mut tokens = prompt.to_vec();
+    let mut ids = Vec::new();
+    loop {
+        let next = sampler.sample(&mut logits, None).token;
+        ids.push(next);
+        let eog = tokenizer.is_eog(next) && !args.ignore_eos;
+        if !eog {
+            let piece = decoder
+                .push(tokenizer, next)
+                .context("cannot decode a token")?;
+            stdout
+                .write_all(piece.as_bytes())
+                .context("writing to stdout")?;
+            stdout.flush().ok();
+        }
+        if eog || ids.len() >= args.max_tokens || tokens.len() + 1 >= total {
+            break;
+        }
+        let pos = tokens.len();
+        tokens.push(next);
+        seq.table.append(1).map_err(|e| anyhow!("KV cache: {e}"))?;
+        logits = seq.forward(&tokens[pos..], pos)?;
+    }
+    let tail = decoder.flush();
+    stdout
+        .write_all(tail.as_bytes())
+        .context("writing to stdout")?;
+    println!();
+    Ok(ids)
 }

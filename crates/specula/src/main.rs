@@ -8,7 +8,7 @@ mod model_bench;
 mod model_cmd;
 mod serve;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -37,14 +37,16 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
-    // `serve` settings are resolved first: its log level sets the default filter.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // `serve` settings are resolved first: its log level sets the default filter. Its flags are
+    // read from the matches, which tell a flag given from a default clap filled in.
     let mut serve_config = None;
     let mut level = "warn";
-    if let Command::Serve(args) = &cli.command {
-        match args.clone().resolve() {
+    if let Some(flags) = matches.subcommand_matches("serve") {
+        match serve::ServeArgs::from_command_line(flags).and_then(serve::ServeArgs::resolve) {
             Ok(cfg) => {
-                level = serve::log_filter(&cfg.log_level).unwrap_or("info");
+                level = cfg.log_level.filter();
                 serve_config = Some(cfg);
             }
             Err(e) => exit_with(2, &format!("{e:#}")),

@@ -66,8 +66,6 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
     }
     let path = crate::model_cmd::resolve(args.model.clone())?;
     let model = Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
-    let cfg = &model.config;
-    let vocab = cfg.vocab_size;
     println!(
         "specula model bench: {} ({} threads, kernels: {:?})",
         path.file_name().map_or_else(
@@ -77,12 +75,24 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
         kernels::threads::count(),
         kernels::gemm::isa()
     );
+    prompt_processing(&model, &args)?;
+    single_decode(&model, &args)?;
+    for &n in &args.batch {
+        batched_decode(&model, &args, n)?;
+    }
+    verify_costs(&model, &args)?;
+    tier_copy_cost(&model, &args)
+}
 
-    let blocks_for = |n: usize| n.div_ceil(BLOCK);
-    // Prompt processing: one forward over pp tokens.
-    let prompt = tokens(args.pp, 1, vocab);
+fn blocks_for(n: usize) -> usize {
+    n.div_ceil(BLOCK)
+}
+
+/// Prompt processing: one forward over pp tokens.
+fn prompt_processing(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
+    let prompt = tokens(args.pp, 1, model.config.vocab_size);
     let table: Vec<u32> = (0..blocks_for(args.pp) as u32).collect();
-    let mut runner = Runner::new(cfg, BLOCK, table.len());
+    let mut runner = Runner::new(&model.config, BLOCK, table.len());
     let secs = best_of(args.repeat, || {
         let t = Instant::now();
         let input = SeqInput {
@@ -92,15 +102,18 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
             logits: LogitsFor::Last,
             tree: None,
         };
-        runner.forward(&model, &[input])?;
+        runner.forward(model, &[input])?;
         Ok(t.elapsed().as_secs_f64())
     })?;
     println!("  pp{:<5} {:>9.1} tok/s", args.pp, args.pp as f64 / secs);
+    Ok(())
+}
 
-    // Single-sequence decode.
-    let decode_tokens = tokens(args.tg + 1, 2, vocab);
+/// Single-sequence decode: tg steps of one token.
+fn single_decode(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
+    let decode_tokens = tokens(args.tg + 1, 2, model.config.vocab_size);
     let table: Vec<u32> = (0..blocks_for(args.tg + 1) as u32).collect();
-    let mut runner = Runner::new(cfg, BLOCK, table.len());
+    let mut runner = Runner::new(&model.config, BLOCK, table.len());
     let secs = best_of(args.repeat, || {
         let t = Instant::now();
         for pos in 0..args.tg {
@@ -111,60 +124,63 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
                 logits: LogitsFor::Last,
                 tree: None,
             };
-            runner.forward(&model, &[input])?;
+            runner.forward(model, &[input])?;
         }
         Ok(t.elapsed().as_secs_f64())
     })?;
     println!("  tg{:<5} {:>9.1} tok/s", args.tg, args.tg as f64 / secs);
+    Ok(())
+}
 
-    // Aggregate decode: n sequences, prompts prefilled first (not timed), then batched steps.
-    for &n in &args.batch {
-        let per_seq = blocks_for(args.batch_prompt + args.batch_tokens);
-        let seqs: Vec<Vec<u32>> = (0..n)
-            .map(|i| tokens(args.batch_prompt + args.batch_tokens, 10 + i, vocab))
-            .collect();
-        let tables: Vec<Vec<u32>> = (0..n)
-            .map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect())
-            .collect();
-        let mut runner = Runner::new(cfg, BLOCK, n * per_seq);
-        let secs = best_of(args.repeat, || {
-            for (s, t) in seqs.iter().zip(&tables) {
-                let input = SeqInput {
-                    tokens: &s[..args.batch_prompt],
-                    start_pos: 0,
+/// Aggregate decode: n sequences, prompts prefilled first (not timed), then batched steps.
+fn batched_decode(model: &Model, args: &ModelBenchArgs, n: usize) -> Result<(), Failure> {
+    let per_seq = blocks_for(args.batch_prompt + args.batch_tokens);
+    let seqs: Vec<Vec<u32>> = (0..n)
+        .map(|i| {
+            let len = args.batch_prompt + args.batch_tokens;
+            tokens(len, 10 + i, model.config.vocab_size)
+        })
+        .collect();
+    let tables: Vec<Vec<u32>> = (0..n)
+        .map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect())
+        .collect();
+    let mut runner = Runner::new(&model.config, BLOCK, n * per_seq);
+    let secs = best_of(args.repeat, || {
+        for (s, t) in seqs.iter().zip(&tables) {
+            let input = SeqInput {
+                tokens: &s[..args.batch_prompt],
+                start_pos: 0,
+                blocks: t,
+                logits: LogitsFor::Last,
+                tree: None,
+            };
+            runner.forward(model, &[input])?;
+        }
+        let t = Instant::now();
+        for step in 0..args.batch_tokens {
+            let pos = args.batch_prompt + step;
+            let inputs: Vec<SeqInput<'_>> = seqs
+                .iter()
+                .zip(&tables)
+                .map(|(s, t)| SeqInput {
+                    tokens: &s[pos..pos + 1],
+                    start_pos: pos,
                     blocks: t,
                     logits: LogitsFor::Last,
                     tree: None,
-                };
-                runner.forward(&model, &[input])?;
-            }
-            let t = Instant::now();
-            for step in 0..args.batch_tokens {
-                let pos = args.batch_prompt + step;
-                let inputs: Vec<SeqInput<'_>> = seqs
-                    .iter()
-                    .zip(&tables)
-                    .map(|(s, t)| SeqInput {
-                        tokens: &s[pos..pos + 1],
-                        start_pos: pos,
-                        blocks: t,
-                        logits: LogitsFor::Last,
-                        tree: None,
-                    })
-                    .collect();
-                runner.forward(&model, &inputs)?;
-            }
-            Ok(t.elapsed().as_secs_f64())
-        })?;
-        println!(
-            "  decode x{n:<3} {:>9.1} tok/s aggregate ({} tokens each after a {}-token prompt)",
-            (n * args.batch_tokens) as f64 / secs,
-            args.batch_tokens,
-            args.batch_prompt
-        );
-    }
-    verify_costs(&model, &args)?;
-    tier_copy_cost(&model, &args)
+                })
+                .collect();
+            runner.forward(model, &inputs)?;
+        }
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    println!(
+        "  decode x{n:<3} {:>9.1} tok/s aggregate ({} tokens each after a {}-token prompt)",
+        (n * args.batch_tokens) as f64 / secs,
+        args.batch_tokens,
+        args.batch_prompt
+    );
+    Ok(())
 }
 
 /// What the prefix cache's host tier pays per block: one demotion (device → host) and one

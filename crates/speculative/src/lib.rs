@@ -31,7 +31,8 @@ pub use speculator::{Speculator, SpeculatorConfig};
 pub use verify::Verdict;
 
 /// The speculative algorithm (SGLang's `--speculative-algorithm` values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "UPPER")]
 pub enum Algorithm {
     None,
     Ngram,

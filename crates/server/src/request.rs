@@ -1,0 +1,80 @@
+//! What every generating route does with its request: the body read as a JSON object (and the
+//! server's phase and model name checked), work moved off the async threads, and the prompt's
+//! length checked before anything is queued.
+
+use crate::body::Body;
+use crate::error::ApiError;
+use crate::params::GenParams;
+use crate::{AppState, Phase};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+
+/// The request body as a JSON object; a body over the limit is a 413 with an error body.
+pub(crate) fn read_body(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Body, ApiError> {
+    if state.phase() != Phase::Ready {
+        return Err(not_ready(state));
+    }
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is over {} bytes", state.max_body_bytes),
+            )
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {e}"))
+        }
+    })?;
+    let body = Body::parse(&bytes)?;
+    if let Some(m) = body.str("model")?
+        && !m.is_empty()
+        && m != state.served_model_name
+    {
+        return Err(ApiError::invalid(
+            "model",
+            format!(
+                "the model `{m}` does not exist; this server serves `{}`",
+                state.served_model_name
+            ),
+        ));
+    }
+    Ok(body)
+}
+
+/// The 503 for a server that is loading or shutting down.
+pub(crate) fn not_ready(state: &AppState) -> ApiError {
+    match state.phase() {
+        Phase::Draining => ApiError::unavailable("the server is shutting down"),
+        _ => ApiError::unavailable("the server is loading"),
+    }
+}
+
+/// Work that must not block the async threads (template rendering, tokenizing).
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
+}
+
+/// A prompt that leaves no room for even one token is refused before anything is queued.
+pub(crate) fn check_length(
+    state: &AppState,
+    prompt: &[u32],
+    params: &GenParams,
+) -> Result<(), ApiError> {
+    let engine = &state.model().engine;
+    let max_tokens = params.max_tokens.unwrap_or(1);
+    engine.check(prompt.len(), max_tokens).map_err(|e| match e {
+        engine::SubmitError::OverContext { .. } | engine::SubmitError::OverKvCapacity { .. }
+            if params.max_tokens.is_none() =>
+        {
+            ApiError::invalid("messages", e.to_string())
+        }
+        e => ApiError::from(e),
+    })
+}

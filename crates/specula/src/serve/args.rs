@@ -1,0 +1,154 @@
+//! Every `specula serve` setting, declared once: its flag, its `--config` key (the same name in
+//! kebab-case), its type, its default (shown by `--help`) and its help text.
+
+use super::layers::opt_named;
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// One layer of settings: the flags, the config file, or the defaults (see `layers`). A field
+/// left `None` (a switch left `false`) is not set by this layer; `resolve` stacks the layers and
+/// checks the result. To add a setting, add a field here (with its `default_value` if it has one)
+/// and read it where it is used through `ServeConfig`.
+#[derive(Args, Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: Option<String>,
+    /// Port to listen on; 0 picks a free one.
+    #[arg(long, default_value = "30000")]
+    pub port: Option<u16>,
+    /// The GGUF model [default: the default model, fetched if missing].
+    #[arg(long, alias = "model")]
+    pub model_path: Option<PathBuf>,
+    /// The model name `/v1/models` lists and requests use [default: the file name].
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Longest sequence (prompt + output) [default: the model's].
+    #[arg(long)]
+    pub context_length: Option<usize>,
+    /// Requests decoded together at most.
+    #[arg(long, default_value = "64")]
+    pub max_running_requests: Option<usize>,
+    /// Requests waiting beyond the running ones; more get 503.
+    #[arg(long, default_value = "256")]
+    pub max_queued_requests: Option<usize>,
+    /// KV cache capacity in tokens (memory grows as it fills).
+    #[arg(long, default_value = "32768")]
+    pub max_total_tokens: Option<usize>,
+    /// Prompt tokens one engine step processes at most.
+    #[arg(long, default_value = "512")]
+    pub chunked_prefill_size: Option<usize>,
+    /// Require `Authorization: Bearer KEY` on /v1 routes.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// How much the server logs (`warn` and `critical` are accepted too).
+    #[arg(long, value_enum, ignore_case = true, default_value = "info")]
+    #[serde(with = "opt_named")]
+    pub log_level: Option<LogLevel>,
+    /// Kernel threads [default: all cores].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seconds to finish in-flight requests after SIGTERM/SIGINT.
+    #[arg(long, default_value = "30")]
+    pub shutdown_timeout: Option<u64>,
+    /// Speculative decoding: NONE, NGRAM (prompt lookup) or STANDALONE (a draft model, given
+    /// by --speculative-draft-model-path).
+    #[arg(long, value_enum, ignore_case = true, default_value = "NONE")]
+    #[serde(with = "opt_named")]
+    pub speculative_algorithm: Option<speculative::Algorithm>,
+    /// The draft model for STANDALONE: a GGUF file with the target's tokenizer.
+    #[arg(long)]
+    pub speculative_draft_model_path: Option<PathBuf>,
+    /// Draft tokens a sequence verifies per step at most (the nodes of its draft tree)
+    /// [default: 8 for NGRAM; for STANDALONE, num-steps × eagle-topk].
+    #[arg(long)]
+    pub speculative_num_draft_tokens: Option<usize>,
+    /// STANDALONE: draft-model steps per speculative step, i.e. the depth of the drafted chain
+    /// or tree.
+    #[arg(long, default_value = "4")]
+    pub speculative_num_steps: Option<usize>,
+    /// Branching per draft step: 1 drafts a chain; k > 1 a tree (NGRAM: up to k different
+    /// continuations a node; STANDALONE: the draft's k best candidates a level).
+    #[arg(long, default_value = "1")]
+    pub speculative_eagle_topk: Option<usize>,
+    /// Shortest suffix an n-gram draft matches on.
+    #[arg(long, default_value = "1")]
+    pub speculative_ngram_min_match_window: Option<usize>,
+    /// Longest suffix an n-gram draft tries first.
+    #[arg(long, default_value = "12")]
+    pub speculative_ngram_max_match_window: Option<usize>,
+    /// No speculation while more than this many requests run [default: none, always].
+    #[arg(long)]
+    pub speculative_disable_batch_threshold: Option<usize>,
+    /// Drafts per sequence and step chosen from the measured step cost and each request's
+    /// acceptance, instead of always the most.
+    #[arg(long)]
+    pub speculative_adaptive: bool,
+    /// Turn the radix prefix cache off: every prompt is computed in full.
+    #[arg(long)]
+    pub disable_radix_cache: bool,
+    /// Admission order of waiting requests: fcfs (arrival) or lpm (longest cached prefix
+    /// first).
+    #[arg(long, value_enum, ignore_case = true, default_value = "fcfs")]
+    #[serde(with = "opt_named")]
+    pub schedule_policy: Option<engine::SchedulePolicy>,
+    /// Keep blocks evicted from the KV pool in a larger host tier instead of dropping them; a
+    /// prefix hit brings them back instead of recomputing them.
+    #[arg(long)]
+    pub enable_hierarchical_cache: bool,
+    /// Host tier size relative to the KV pool (--max-total-tokens).
+    #[arg(long, default_value = "2.0")]
+    pub hicache_ratio: Option<f64>,
+    /// Host tier size in GB; over --hicache-ratio when given.
+    #[arg(long)]
+    pub hicache_size: Option<f64>,
+    /// A directory for a third tier: host blocks that would be dropped are written there, and
+    /// every cached block on shutdown, so a restarted server starts warm (needs
+    /// --enable-hierarchical-cache).
+    #[arg(long)]
+    pub hicache_storage_dir: Option<PathBuf>,
+    /// Parse tool calls out of the output of requests with `tools`: hermes (alias qwen25,
+    /// qwen), llama3, mistral, deepseekv3, kimi_k2 or pythonic [default: none, calls stay text].
+    // A name, not a value enum: the parser's names (and aliases) belong to the server crate.
+    #[arg(long)]
+    pub tool_call_parser: Option<String>,
+    /// Separate the thought into `reasoning_content`: deepseek-r1, qwen3 or kimi [default: none].
+    #[arg(long)]
+    pub reasoning_parser: Option<String>,
+    /// For tests only: a JSON file of rules `[{"when": "prompt text", "reply": "…"}]`; a
+    /// request whose prompt matches a rule gets that reply as the model's output (the forward
+    /// passes still run).
+    #[arg(long, hide = true)]
+    pub scripted_output: Option<PathBuf>,
+    /// A TOML file with any of these settings (flags win over it).
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+}
+
+/// `--log-level`: SGLang's names, with `warn` and `critical` as aliases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    #[value(alias = "warn")]
+    Warning,
+    #[value(alias = "critical")]
+    Error,
+}
+
+impl LogLevel {
+    /// The tracing filter directive.
+    pub fn filter(self) -> &'static str {
+        match self {
+            Self::Trace => "trace",
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Warning => "warn",
+            Self::Error => "error",
+        }
+    }
+}

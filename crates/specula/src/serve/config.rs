@@ -1,0 +1,369 @@
+//! The effective `specula serve` settings: the stacked layers read as typed values, checked, and
+//! what follows from them (the speculation, the host tier, the output parsers, the script).
+
+use super::ServeArgs;
+use super::args::LogLevel;
+use super::layers::{self, named};
+use anyhow::{Context, anyhow, bail};
+use engine::SchedulePolicy;
+use serde::{Deserialize, Serialize};
+use server::parsers::{ReasoningFormat, ToolFormat};
+use speculative::Algorithm;
+use std::path::PathBuf;
+
+/// Draft tokens an NGRAM sequence verifies per step without --speculative-num-draft-tokens (its
+/// help says so; the default depends on the algorithm, so clap cannot hold it).
+const NGRAM_DRAFT_TOKENS: usize = 8;
+
+/// How big the prefix cache's host tier is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HostTier {
+    Ratio(f64),
+    Gb(f64),
+}
+
+/// The effective settings: flags over the config file over the defaults. Read from the stacked
+/// layers by key (the same names as `ServeArgs`); serialized, it is `/server_info`'s `config`
+/// (the settings marked `skip_serializing` are reported elsewhere there, or not at all).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all(serialize = "snake_case", deserialize = "kebab-case"))]
+pub struct ServeConfig {
+    pub host: String,
+    pub port: u16,
+    pub model_path: Option<PathBuf>,
+    pub served_model_name: Option<String>,
+    pub context_length: Option<usize>,
+    pub max_running_requests: usize,
+    pub max_queued_requests: usize,
+    pub max_total_tokens: usize,
+    pub chunked_prefill_size: usize,
+    #[serde(skip_serializing)]
+    pub api_key: Option<String>,
+    #[serde(with = "named")]
+    pub log_level: LogLevel,
+    pub threads: Option<usize>,
+    pub shutdown_timeout: u64,
+    pub disable_radix_cache: bool,
+    #[serde(with = "named")]
+    pub schedule_policy: SchedulePolicy,
+    pub hicache_storage_dir: Option<PathBuf>,
+    #[serde(skip_serializing)]
+    enable_hierarchical_cache: bool,
+    #[serde(skip_serializing)]
+    hicache_ratio: f64,
+    #[serde(skip_serializing)]
+    hicache_size: Option<f64>,
+    #[serde(skip_serializing, with = "named")]
+    speculative_algorithm: Algorithm,
+    /// The draft model of STANDALONE speculation (`None` for the other algorithms).
+    #[serde(skip_serializing)]
+    pub speculative_draft_model_path: Option<PathBuf>,
+    #[serde(skip_serializing)]
+    speculative_num_draft_tokens: Option<usize>,
+    #[serde(skip_serializing)]
+    speculative_num_steps: usize,
+    #[serde(skip_serializing)]
+    speculative_eagle_topk: usize,
+    #[serde(skip_serializing)]
+    speculative_ngram_min_match_window: usize,
+    #[serde(skip_serializing)]
+    speculative_ngram_max_match_window: usize,
+    #[serde(skip_serializing)]
+    speculative_disable_batch_threshold: Option<usize>,
+    #[serde(skip_serializing)]
+    speculative_adaptive: bool,
+    /// `--tool-call-parser`, checked.
+    #[serde(skip_serializing, deserialize_with = "tool_format")]
+    pub tool_call_parser: Option<ToolFormat>,
+    /// `--reasoning-parser`, checked.
+    #[serde(skip_serializing, deserialize_with = "reasoning_format")]
+    pub reasoning_parser: Option<ReasoningFormat>,
+    #[serde(skip_serializing)]
+    scripted_output: Option<PathBuf>,
+    /// The host tier's size: `Ratio(r)` of the KV pool or `Gb(size)`; `None` without one.
+    #[serde(skip)]
+    pub hicache: Option<HostTier>,
+    /// Speculation, when on.
+    #[serde(skip)]
+    pub speculative: Option<engine::SpecConfig>,
+    /// `--scripted-output`, read.
+    #[serde(skip)]
+    pub script: Option<server::script::Script>,
+}
+
+impl ServeArgs {
+    /// These settings (the flags) over the config file (if any) over the defaults, checked.
+    pub fn resolve(self) -> anyhow::Result<ServeConfig> {
+        let file = match &self.config {
+            Some(path) => ServeArgs::from_file(path)?,
+            None => ServeArgs::default(),
+        };
+        let merged = layers::stack(&[&self, &file, &ServeArgs::defaults()])?;
+        // The only errors here are the parser names' (each names its flag).
+        let cfg: ServeConfig = serde_json::from_value(merged).map_err(|e| anyhow!("{e}"))?;
+        cfg.checked()
+    }
+}
+
+impl ServeConfig {
+    /// The checks the engine does not make (or not naming the flag), and what follows.
+    fn checked(mut self) -> anyhow::Result<Self> {
+        // The scheduler refuses these too, but without the flags' names.
+        at_least_one("--max-running-requests", Some(self.max_running_requests))?;
+        at_least_one("--chunked-prefill-size", Some(self.chunked_prefill_size))?;
+        at_least_one("--threads", self.threads)?;
+        at_least_one("--context-length", self.context_length)?;
+        self.hicache = self.host_tier()?;
+        self.speculative = self.speculation()?;
+        if self.speculative_algorithm != Algorithm::Standalone {
+            self.speculative_draft_model_path = None;
+        }
+        if let Some(path) = &self.scripted_output {
+            self.script = Some(read_script(path)?);
+        }
+        Ok(self)
+    }
+
+    fn host_tier(&self) -> anyhow::Result<Option<HostTier>> {
+        if !self.enable_hierarchical_cache {
+            return Ok(None);
+        }
+        if self.disable_radix_cache {
+            bail!("--enable-hierarchical-cache needs the radix cache (drop --disable-radix-cache)");
+        }
+        let tier = match self.hicache_size {
+            Some(gb) => HostTier::Gb(gb),
+            None => HostTier::Ratio(self.hicache_ratio),
+        };
+        let (HostTier::Gb(v) | HostTier::Ratio(v)) = tier;
+        if !(v.is_finite() && v > 0.0) {
+            bail!("--hicache-size and --hicache-ratio must be positive");
+        }
+        Ok(Some(tier))
+    }
+
+    /// The engine checks the draft-token count, the steps and the n-gram windows again when it
+    /// starts; the checks here are the ones whose messages name the flags.
+    fn speculation(&self) -> anyhow::Result<Option<engine::SpecConfig>> {
+        let (algorithm, steps, topk) = (
+            self.speculative_algorithm,
+            self.speculative_num_steps,
+            self.speculative_eagle_topk,
+        );
+        if topk == 0 {
+            bail!("--speculative-eagle-topk must be at least 1 (1 drafts a chain)");
+        }
+        let asked = self.speculative_num_draft_tokens;
+        let num_draft_tokens = match algorithm {
+            Algorithm::None => return Ok(None),
+            // A chain of num_steps drafts, capped by num_draft_tokens if given; a tree's
+            // num_steps levels of topk, of which num_draft_tokens are verified.
+            Algorithm::Standalone if topk == 1 => asked.map_or(steps, |n| n.min(steps)),
+            Algorithm::Standalone => asked.unwrap_or(steps * topk),
+            Algorithm::Ngram => asked.unwrap_or(NGRAM_DRAFT_TOKENS),
+        };
+        let (min, max) = (
+            self.speculative_ngram_min_match_window,
+            self.speculative_ngram_max_match_window,
+        );
+        speculative::NgramProposer::new(min, max).map_err(|e| {
+            anyhow!(
+                "--speculative-ngram-min-match-window, --speculative-ngram-max-match-window: {e}"
+            )
+        })?;
+        if algorithm == Algorithm::Standalone && self.speculative_draft_model_path.is_none() {
+            bail!("--speculative-algorithm STANDALONE needs --speculative-draft-model-path");
+        }
+        Ok(Some(engine::SpecConfig {
+            algorithm,
+            num_draft_tokens,
+            topk,
+            num_steps: steps,
+            ngram_min_window: min,
+            ngram_max_window: max,
+            disable_batch_threshold: self.speculative_disable_batch_threshold,
+            adaptive: self.speculative_adaptive,
+        }))
+    }
+}
+
+fn at_least_one(flag: &str, value: Option<usize>) -> anyhow::Result<()> {
+    if value == Some(0) {
+        bail!("{flag} must be at least 1");
+    }
+    Ok(())
+}
+
+fn read_script(path: &std::path::Path) -> anyhow::Result<server::script::Script> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    server::script::Script::parse(&text)
+        .map_err(|e| anyhow!("--scripted-output {}: {e}", path.display()))
+}
+
+fn tool_format<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ToolFormat>, D::Error> {
+    let Some(name) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    ToolFormat::parse(&name).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "--tool-call-parser {name}: use one of {}",
+            ToolFormat::NAMES
+        ))
+    })
+}
+
+fn reasoning_format<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ReasoningFormat>, D::Error> {
+    let Some(name) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    ReasoningFormat::parse(&name).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "--reasoning-parser {name}: use deepseek-r1, qwen3 or kimi"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Args;
+
+    fn command_line(args: &[&str]) -> ServeArgs {
+        let command = ServeArgs::augment_args(clap::Command::new("serve"));
+        let matches = command.try_get_matches_from(args).unwrap();
+        ServeArgs::from_command_line(&matches).unwrap()
+    }
+
+    #[test]
+    fn the_defaults_are_the_declared_ones() {
+        let cfg = ServeArgs::default().resolve().unwrap();
+        assert_eq!((cfg.host.as_str(), cfg.port), ("127.0.0.1", 30000));
+        assert_eq!(cfg.max_total_tokens, 32768);
+        assert_eq!(cfg.chunked_prefill_size, 512);
+        assert_eq!(cfg.shutdown_timeout, 30);
+        assert_eq!(cfg.log_level, LogLevel::Info);
+        assert_eq!(cfg.schedule_policy, SchedulePolicy::Fcfs);
+        assert_eq!(cfg.hicache_ratio, 2.0);
+        assert_eq!(cfg.speculative_algorithm, Algorithm::None);
+        assert!(cfg.speculative.is_none() && cfg.hicache.is_none());
+        assert!(!cfg.disable_radix_cache && cfg.model_path.is_none());
+    }
+
+    #[test]
+    fn only_the_flags_given_come_from_the_command_line() {
+        let flags = command_line(&["serve", "--port", "30000", "--schedule-policy", "LPM"]);
+        assert_eq!(flags.port, Some(30000));
+        assert_eq!(flags.schedule_policy, Some(SchedulePolicy::Lpm));
+        assert_eq!((flags.host, flags.max_running_requests), (None, None));
+        assert_eq!(flags.log_level, None);
+        assert!(!flags.disable_radix_cache);
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "port = 31000\nlog-level = \"debug\"\ndisable-radix-cache = true\n\
+             speculative-algorithm = \"ngram\"\nspeculative-eagle-topk = 2\n",
+        )
+        .unwrap();
+        let path = path.to_str().unwrap();
+        let cfg = command_line(&["serve", "--config", path, "--log-level", "WARN"])
+            .resolve()
+            .unwrap();
+        assert_eq!(cfg.port, 31000);
+        assert_eq!(cfg.log_level, LogLevel::Warning);
+        // A switch the command line leaves off does not turn the file's off.
+        assert!(cfg.disable_radix_cache);
+        let spec = cfg.speculative.unwrap();
+        assert_eq!((spec.algorithm, spec.topk), (Algorithm::Ngram, 2));
+        assert_eq!(spec.num_draft_tokens, NGRAM_DRAFT_TOKENS);
+        let cfg = command_line(&["serve", "--config", path, "--port", "30000"])
+            .resolve()
+            .unwrap();
+        assert_eq!(
+            cfg.port, 30000,
+            "a flag given with the default's value still wins"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_flag_or_key() {
+        let error = |args: ServeArgs| args.resolve().unwrap_err().to_string();
+        let zero = |f: fn(&mut ServeArgs)| {
+            let mut args = ServeArgs::default();
+            f(&mut args);
+            error(args)
+        };
+        let e = zero(|a| a.max_running_requests = Some(0));
+        assert!(
+            e.contains("--max-running-requests must be at least 1"),
+            "{e}"
+        );
+        let e = zero(|a| a.chunked_prefill_size = Some(0));
+        assert!(e.contains("--chunked-prefill-size"), "{e}");
+        let e = zero(|a| {
+            a.speculative_algorithm = Some(Algorithm::Ngram);
+            a.speculative_ngram_min_match_window = Some(3);
+            a.speculative_ngram_max_match_window = Some(2);
+        });
+        assert!(e.contains("--speculative-ngram-max-match-window"), "{e}");
+        let e = zero(|a| {
+            a.enable_hierarchical_cache = true;
+            a.hicache_size = Some(-1.0);
+        });
+        assert!(e.contains("--hicache-size"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "port = 1\nschedule-policy = \"lifo\"\n").unwrap();
+        let e = error(ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        });
+        assert!(
+            e.contains("bad.toml") && e.contains("schedule-policy"),
+            "{e}"
+        );
+        assert!(e.contains("fcfs, lpm"), "{e}");
+    }
+
+    #[test]
+    fn the_server_info_config_has_the_settings_it_had() {
+        let cfg = ServeArgs::default().resolve().unwrap();
+        let info = serde_json::to_value(&cfg).unwrap();
+        let keys: Vec<&str> = info
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        let mut want = vec![
+            "host",
+            "port",
+            "model_path",
+            "served_model_name",
+            "context_length",
+            "max_running_requests",
+            "max_queued_requests",
+            "max_total_tokens",
+            "chunked_prefill_size",
+            "log_level",
+            "threads",
+            "shutdown_timeout",
+            "disable_radix_cache",
+            "schedule_policy",
+            "hicache_storage_dir",
+        ];
+        let mut keys = keys;
+        keys.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        assert_eq!(info["schedule_policy"], "fcfs");
+        assert_eq!(info["log_level"], "info");
+    }
+}
