@@ -14,7 +14,7 @@ mod validate;
 
 pub use validate::ConfigError;
 
-pub use scheduler::{FlushError, SchedulePolicy};
+pub use scheduler::{FlushError, SchedulePolicy, SchedulerConfig};
 pub use stats::{ACCEPT_BUCKETS, EngineStats, StatsSnapshot};
 
 use model::Model;

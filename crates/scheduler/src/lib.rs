@@ -112,9 +112,9 @@ pub struct CacheStats {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("max running requests must be at least 1")]
+    #[error("--max-running-requests must be at least 1")]
     NoRunning,
-    #[error("the chunked prefill size must be at least 1 token")]
+    #[error("--chunked-prefill-size must be at least 1 token")]
     NoBudget,
 }
 

@@ -7,7 +7,9 @@ use crate::DraftTree;
 /// Earlier occurrences a draft tree is built from, at most.
 /// Match windows out of order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("n-gram match windows must satisfy 1 ≤ min ({min}) ≤ max ({max})")]
+#[error(
+    "--speculative-ngram-min-match-window and --speculative-ngram-max-match-window must satisfy 1 ≤ min ({min}) ≤ max ({max})"
+)]
 pub struct WindowError {
     pub min: usize,
     pub max: usize,

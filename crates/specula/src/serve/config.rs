@@ -108,9 +108,13 @@ impl ServeArgs {
 impl ServeConfig {
     /// The checks the engine does not make (or not naming the flag), and what follows.
     fn checked(mut self) -> anyhow::Result<Self> {
-        // The scheduler refuses these too, but without the flags' names.
-        at_least_one("--max-running-requests", Some(self.max_running_requests))?;
-        at_least_one("--chunked-prefill-size", Some(self.chunked_prefill_size))?;
+        // The scheduler's own check, made now so a bad value fails before the model loads.
+        engine::SchedulerConfig {
+            max_running: self.max_running_requests,
+            prefill_budget: self.chunked_prefill_size,
+            ..engine::SchedulerConfig::default()
+        }
+        .validate()?;
         at_least_one("--threads", self.threads)?;
         at_least_one("--context-length", self.context_length)?;
         self.hicache = self.host_tier()?;
@@ -142,8 +146,8 @@ impl ServeConfig {
         Ok(Some(tier))
     }
 
-    /// The engine checks the draft-token count, the steps and the n-gram windows again when it
-    /// starts; the checks here are the ones whose messages name the flags.
+    /// Speculation's settings; the draft-token count and the steps are checked by the engine
+    /// when it starts.
     fn speculation(&self) -> anyhow::Result<Option<engine::SpecConfig>> {
         let (algorithm, steps, topk) = (
             self.speculative_algorithm,
@@ -166,11 +170,8 @@ impl ServeConfig {
             self.speculative_ngram_min_match_window,
             self.speculative_ngram_max_match_window,
         );
-        speculative::NgramProposer::new(min, max).map_err(|e| {
-            anyhow!(
-                "--speculative-ngram-min-match-window, --speculative-ngram-max-match-window: {e}"
-            )
-        })?;
+        // The drafter's own check (the engine makes it again when it starts, as any caller's).
+        speculative::NgramProposer::new(min, max)?;
         if algorithm == Algorithm::Standalone && self.speculative_draft_model_path.is_none() {
             bail!("--speculative-algorithm STANDALONE needs --speculative-draft-model-path");
         }
