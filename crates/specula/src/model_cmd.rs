@@ -27,6 +27,20 @@ enum ModelAction {
     },
 }
 
+/// Per weight type of the file's matrices (2-D tensors), how its products run on this CPU.
+fn print_product_paths(file: &GgufFile) {
+    let isa = kernels::gemm::isa();
+    let mut matrices: BTreeMap<String, (usize, kernels::gemm::ProductPath)> = BTreeMap::new();
+    for t in file.tensors().iter().filter(|t| t.shape.len() == 2) {
+        let path = kernels::gemm::product_path(t.dtype, isa);
+        matrices.entry(t.dtype.to_string()).or_insert((0, path)).0 += 1;
+    }
+    println!("  matrix products ({isa:?} kernels):");
+    for (dtype, (count, path)) in matrices {
+        println!("    {dtype:<6} {count:>4} tensors: {path}");
+    }
+}
+
 /// `--model PATH`, or the default model (fetched if needed).
 pub fn resolve(model: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     match model {
@@ -59,6 +73,7 @@ pub fn run(args: ModelArgs) -> Result<(), Failure> {
             );
             println!("  {cfg:?}");
             println!("  tensor types: {types:?}");
+            print_product_paths(&file);
         }
     }
     Ok(())
