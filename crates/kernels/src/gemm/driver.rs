@@ -51,7 +51,7 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
 }
 
 /// Weight types multiplied as integers with the 16-bit activations.
-fn integer_product(dtype: GgmlType) -> bool {
+pub(super) fn integer_product(dtype: GgmlType) -> bool {
     matches!(
         dtype,
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0

@@ -208,6 +208,47 @@ pub fn isa() -> Isa {
     })
 }
 
+/// How a product with one weight type runs: what `specula model info` reports per tensor type.
+/// Built from the same predicates the driver dispatches on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProductPath {
+    /// Repacked at load into 16-row panels, `vpdpbusd` over them.
+    Packed,
+    /// SIMD integer row dots straight from the GGUF blocks.
+    SimdRowDots,
+    /// Scalar integer row dots from the GGUF blocks.
+    ScalarRowDots,
+    /// Each weight row dequantised to f32, then f32 dots (the slow path).
+    Dequantised,
+}
+
+impl std::fmt::Display for ProductPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Packed => "packed panels (AVX-512 VNNI)",
+            Self::SimdRowDots => "SIMD integer row dots from GGUF blocks",
+            Self::ScalarRowDots => "scalar integer row dots from GGUF blocks",
+            Self::Dequantised => "dequantised to f32 row by row (slow)",
+        })
+    }
+}
+
+/// The path a product with `dtype` weights takes on `isa` (the weights being packed at load
+/// wherever a packed form exists, as the model loader does).
+pub fn product_path(dtype: GgmlType, isa: Isa) -> ProductPath {
+    if isa == Isa::Avx512 && PackedKind::of(dtype).is_some() {
+        return ProductPath::Packed;
+    }
+    if !driver::integer_product(dtype) {
+        return ProductPath::Dequantised;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && x86::handles(dtype) {
+        return ProductPath::SimdRowDots;
+    }
+    ProductPath::ScalarRowDots
+}
+
 /// Below this many multiply-adds a product runs on the calling thread alone.
 const PARALLEL_MIN_WORK: usize = 1 << 17;
 
@@ -433,6 +474,66 @@ pub(crate) mod tests {
                 let single = gemm_with(isa, &w, &one);
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&single), bits(&got[rows..2 * rows]), "{isa:?} {dtype}");
+            }
+        }
+    }
+
+    #[test]
+    fn each_weight_type_reports_the_path_its_products_take() {
+        use ProductPath::*;
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+            // These K-quants have no integer product yet: the slow path, whatever the CPU.
+            for t in [GgmlType::Q5_K, GgmlType::Q6_K] {
+                assert_eq!(product_path(t, isa), Dequantised, "{t} {isa:?}");
+            }
+            assert_eq!(product_path(GgmlType::Q5_0, isa), ScalarRowDots);
+        }
+        assert_eq!(product_path(GgmlType::Q4_1, Isa::Avx512), Packed);
+        assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx512), Packed);
+        assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx2), Dequantised);
+        assert_eq!(product_path(GgmlType::Q8_0, Isa::Portable), ScalarRowDots);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(product_path(GgmlType::Q4_0, Isa::Avx2), SimdRowDots);
+    }
+
+    #[test]
+    fn packed_q4_k_follows_the_reference_arithmetic_and_the_dequantised_weights() {
+        if isa() != Isa::Avx512 {
+            eprintln!("no AVX-512 VNNI here: the packed kernels are not used on this CPU");
+            return;
+        }
+        let (rows, cols) = (37, 768); // a partial last panel; 3 super-blocks a row
+        let bytes = random_weights(GgmlType::Q4_K, rows, cols, 29);
+        let raw = QMatrix::new(GgmlType::Q4_K, rows, cols, &bytes).unwrap();
+        let packed = PackedMatrix::pack(&raw).unwrap();
+        let w = raw.with_packed(&packed);
+        let mut wrow = vec![0.0f32; cols];
+        for m in [1, 7, 8, 13] {
+            let x = acts(m, cols);
+            let mut a = Activations::default();
+            a.set(&x, m, cols);
+            let mut out = vec![0.0; m * rows];
+            gemm(&w, &a, &mut out);
+            for n in 0..rows {
+                crate::quant::dequantize(GgmlType::Q4_K, raw.row(n), &mut wrow).unwrap();
+                for i in 0..m {
+                    let want = packed.reference_dot(n, a.row_pairs(i));
+                    let got = out[i * rows + n];
+                    assert_eq!(got.to_bits(), want.to_bits(), "m={m} [{i},{n}]");
+                    // Against the exact product of the dequantised weights: only the 16-bit
+                    // activations' rounding apart.
+                    let row = &x[i * cols..(i + 1) * cols];
+                    let exact: f64 = wrow.iter().zip(row).map(|(w, x)| f64::from(w * x)).sum();
+                    let scale: f64 = wrow
+                        .iter()
+                        .zip(row)
+                        .map(|(w, x)| f64::from((w * x).abs()))
+                        .sum();
+                    assert!(
+                        (f64::from(got) - exact).abs() <= 1e-4 * scale.max(1e-6),
+                        "[{i},{n}] {got} vs {exact}"
+                    );
+                }
             }
         }
     }

@@ -3,13 +3,15 @@
 //! the operand layout of `vpdpbusd`. Each output lane is then one weight row: no horizontal sums,
 //! and one load of activations (broadcast) feeds 16 rows.
 //!
-//! Every supported type becomes "unsigned values with a per-block scale and offset":
-//! `w = d·u + c`, with `u` 0..15 (Q4_0, Q4_1) or 0..255 (Q8_0 shifted by 128), and
-//! `c` = Q4_1's min, `−8·d` (Q4_0) or `−128·d` (Q8_0). A block's dot product with activations
-//! `x = d_x·q` is then `Σu·q · d·d_x + c·s_x`, where `s_x = d_x·Σq`.
+//! Every supported type becomes "unsigned values with a per-block scale and offset" over blocks
+//! of 32 values: `w = d·u + c`, with `u` 0..15 (Q4_0, Q4_1, Q4_K) or 0..255 (Q8_0 shifted by
+//! 128), and `c` = Q4_1's min, `−8·d` (Q4_0), `−128·d` (Q8_0), or for Q4_K's sub-blocks `d` =
+//! `d·sc` and `c` = `−dmin·m` (stored as f32: they are products a half float cannot hold). A
+//! block's dot product with activations `x = d_x·q` is then `Σu·q · d·d_x + c·s_x`, where
+//! `s_x = d_x·Σq`.
 
 use super::QMatrix;
-use crate::quant::{BlockQ8Pair, GgmlType, f16_at};
+use crate::quant::{BlockQ8Pair, GgmlType, f16_at, q4_k_sub_block};
 
 /// Weight rows in one panel: the 16 f32 lanes of a 512-bit register.
 pub const PANEL: usize = 16;
@@ -19,39 +21,53 @@ pub const PANEL: usize = 16;
 #[repr(C, align(64))]
 pub(super) struct Line(pub [u8; 64]);
 
-/// The weight types that have a packed form.
+/// The weight types that have a packed form (GGML's names).
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PackedKind {
     Q4_0,
     Q4_1,
     Q8_0,
+    /// Each 32-value sub-block of a Q4_K super-block as a block of its own.
+    Q4_K,
 }
 
 impl PackedKind {
-    fn of(dtype: GgmlType) -> Option<Self> {
+    pub(super) fn of(dtype: GgmlType) -> Option<Self> {
         match dtype {
             GgmlType::Q4_0 => Some(Self::Q4_0),
             GgmlType::Q4_1 => Some(Self::Q4_1),
             GgmlType::Q8_0 => Some(Self::Q8_0),
+            GgmlType::Q4_K => Some(Self::Q4_K),
             _ => None,
         }
     }
 
     /// Lines of one panel block: the values (two nibbles a byte for Q4, a byte for Q8), then one
-    /// line of scales: 16 f16 `d`, then 16 f16 mins (Q4_1 only).
+    /// line of scales: 16 f16 `d`, then 16 f16 mins (Q4_1 only); Q4_K: two lines, 16 f32 `d`
+    /// then 16 f32 `c`.
     pub(super) const fn block_lines(self) -> usize {
         match self {
             Self::Q4_0 | Self::Q4_1 => 5,
+            Self::Q4_K => 6,
             Self::Q8_0 => 9,
         }
     }
 
-    /// The block offset `c` from its scale `d` and stored min `m` (f32 arithmetic the kernels
-    /// repeat exactly: the products by −8 and −128 are exact).
+    /// Values in one block of the GGUF type (a Q4_K super-block holds 8 panel blocks).
+    const fn gguf_block(self) -> usize {
+        match self {
+            Self::Q4_K => 256,
+            _ => 32,
+        }
+    }
+
+    /// The block offset `c` from its scale `d` and stored min `m` (Q4_1) or offset (Q4_K) (f32
+    /// arithmetic the kernels repeat exactly: the products by −8 and −128 are exact).
     pub(super) fn offset(self, d: f32, m: f32) -> f32 {
         match self {
             Self::Q4_0 => d * -8.0,
-            Self::Q4_1 => m,
+            Self::Q4_1 | Self::Q4_K => m,
             Self::Q8_0 => d * -128.0,
         }
     }
@@ -86,39 +102,13 @@ impl PackedMatrix {
         let lines = kind.block_lines();
         let mut data = vec![Line([0; 64]); panels * blocks * lines];
         let size = w.dtype.type_size();
+        let per_gguf = kind.gguf_block() / 32;
         for n in 0..w.rows {
             let (panel, lane) = (n / PANEL, n % PANEL);
             for (i, b) in w.row(n).chunks_exact(size).enumerate() {
-                let at = (panel * blocks + i) * lines;
-                let block = &mut data[at..at + lines];
-                // Line g (Q8) or p (Q4) holds values 4g..4g+4 of each row at bytes 4·lane...
-                let (scale, min) = match kind {
-                    PackedKind::Q8_0 => {
-                        for g in 0..8 {
-                            for t in 0..4 {
-                                let q = b[2 + 4 * g + t] as i8;
-                                block[g].0[4 * lane + t] = (i32::from(q) + 128) as u8;
-                            }
-                        }
-                        (&b[0..2], None)
-                    }
-                    PackedKind::Q4_0 | PackedKind::Q4_1 => {
-                        let qs = if kind == PackedKind::Q4_1 { 4 } else { 2 };
-                        // ...and for Q4, GGML's byte j already holds values j (low nibble) and
-                        // j + 16 (high nibble): line p gets bytes 4p..4p+4, so its low nibbles
-                        // are group p and its high nibbles group p + 4.
-                        for p in 0..4 {
-                            let src = &b[qs + 4 * p..qs + 4 * p + 4];
-                            block[p].0[4 * lane..4 * lane + 4].copy_from_slice(src);
-                        }
-                        let min = (kind == PackedKind::Q4_1).then(|| &b[2..4]);
-                        (&b[0..2], min)
-                    }
-                };
-                let scales = &mut block[lines - 1].0;
-                scales[2 * lane..2 * lane + 2].copy_from_slice(scale);
-                if let Some(m) = min {
-                    scales[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(m);
+                for j in 0..per_gguf {
+                    let at = (panel * blocks + i * per_gguf + j) * lines;
+                    pack_block(kind, b, j, lane, &mut data[at..at + lines]);
                 }
             }
         }
@@ -156,9 +146,16 @@ impl PackedMatrix {
         let (panel, lane, i, j) = (n / PANEL, n % PANEL, k / 32, k % 32);
         let lines = self.kind.block_lines();
         let block = &self.panel(panel)[i * lines..(i + 1) * lines];
-        let scales = &block[lines - 1].0;
-        let d = f16_at(scales, 2 * lane);
-        let m = f16_at(scales, 32 + 2 * lane);
+        let (d, m) = if self.kind == PackedKind::Q4_K {
+            let f32_at = |line: &Line| {
+                let b = &line.0[4 * lane..4 * lane + 4];
+                f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+            };
+            (f32_at(&block[4]), f32_at(&block[5]))
+        } else {
+            let scales = &block[lines - 1].0;
+            (f16_at(scales, 2 * lane), f16_at(scales, 32 + 2 * lane))
+        };
         let (g, t) = (j / 4, j % 4);
         let u = match self.kind {
             PackedKind::Q8_0 => block[g].0[4 * lane + t],
@@ -200,6 +197,53 @@ impl PackedMatrix {
     }
 }
 
+/// Writes panel block `block` (`kind`'s lines) of row `lane`: from GGUF block `b`, or for Q4_K
+/// from sub-block `sub` of super-block `b`.
+fn pack_block(kind: PackedKind, b: &[u8], sub: usize, lane: usize, block: &mut [Line]) {
+    let lines = block.len();
+    // Line g (Q8) or p (Q4) holds values 4g..4g+4 of each row at bytes 4·lane...
+    let (scale, min) = match kind {
+        PackedKind::Q8_0 => {
+            for g in 0..8 {
+                for t in 0..4 {
+                    let q = b[2 + 4 * g + t] as i8;
+                    block[g].0[4 * lane + t] = (i32::from(q) + 128) as u8;
+                }
+            }
+            (&b[0..2], None)
+        }
+        PackedKind::Q4_0 | PackedKind::Q4_1 => {
+            let qs = if kind == PackedKind::Q4_1 { 4 } else { 2 };
+            // ...and for Q4, GGML's byte j already holds values j (low nibble) and j + 16
+            // (high nibble): line p gets bytes 4p..4p+4, so its low nibbles are group p and its
+            // high nibbles group p + 4.
+            for p in 0..4 {
+                let src = &b[qs + 4 * p..qs + 4 * p + 4];
+                block[p].0[4 * lane..4 * lane + 4].copy_from_slice(src);
+            }
+            let min = (kind == PackedKind::Q4_1).then(|| &b[2..4]);
+            (&b[0..2], min)
+        }
+        PackedKind::Q4_K => {
+            // ...the same nibble order, built from the sub-block's values.
+            let (u, d, m) = q4_k_sub_block(b, sub);
+            for p in 0..4 {
+                for t in 0..4 {
+                    block[p].0[4 * lane + t] = u[4 * p + t] | (u[16 + 4 * p + t] << 4);
+                }
+            }
+            block[4].0[4 * lane..4 * lane + 4].copy_from_slice(&d.to_le_bytes());
+            block[5].0[4 * lane..4 * lane + 4].copy_from_slice(&(-m).to_le_bytes());
+            return;
+        }
+    };
+    let scales = &mut block[lines - 1].0;
+    scales[2 * lane..2 * lane + 2].copy_from_slice(scale);
+    if let Some(m) = min {
+        scales[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(m);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,8 +252,13 @@ mod tests {
 
     #[test]
     fn packed_rows_dequantise_like_gguf() {
-        for dtype in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-            let (rows, cols) = (21, 96); // a partial last panel
+        for dtype in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+        ] {
+            let (rows, cols) = (21, 512); // a partial last panel
             let bytes = random_weights(dtype, rows, cols, 5);
             let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
             let p = PackedMatrix::pack(&w).unwrap();

@@ -17,6 +17,7 @@ pub(super) const MAX_ROWS: usize = 8;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
+const Q4_K: u8 = 3;
 
 /// Four activation bytes (`group` of a block) broadcast to every lane.
 #[inline]
@@ -40,10 +41,12 @@ fn tile<const MR: usize, const KIND: u8>(
     acts: [&[BlockQ8Pair]; MR],
 ) -> [__m512; MR] {
     // SAFETY: (for the whole body) loads stay within `lines` (checked below) and are 64-byte aligned
-    // (`Line`); the scale loads are at offsets 0 and 32 of an aligned line.
+    // (`Line`); the f16 scale loads are at offsets 0 and 32 of an aligned line, the f32 ones
+    // (Q4_K) whole aligned lines.
     unsafe {
         let per = match KIND {
             Q8_0 => PackedKind::Q8_0.block_lines(),
+            Q4_K => PackedKind::Q4_K.block_lines(),
             _ => PackedKind::Q4_0.block_lines(),
         };
         let nb = acts[0].len();
@@ -55,12 +58,19 @@ fn tile<const MR: usize, const KIND: u8>(
         let mut acc = [_mm512_setzero_ps(); MR];
         for i in 0..nb {
             let block = lines.as_ptr().add(i * per).cast::<u8>();
-            let scales = block.add((per - 1) * 64);
-            let d = _mm512_cvtph_ps(_mm256_load_si256(scales.cast()));
-            let c = match KIND {
-                Q4_1 => _mm512_cvtph_ps(_mm256_load_si256(scales.add(32).cast())),
-                Q4_0 => _mm512_mul_ps(d, _mm512_set1_ps(-8.0)),
-                _ => _mm512_mul_ps(d, _mm512_set1_ps(-128.0)),
+            let (d, c) = if KIND == Q4_K {
+                // Two lines of f32: the sub-blocks' d·sc, then −dmin·m.
+                let scales = block.add(4 * 64).cast::<f32>();
+                (_mm512_load_ps(scales), _mm512_load_ps(scales.add(16)))
+            } else {
+                let scales = block.add((per - 1) * 64);
+                let d = _mm512_cvtph_ps(_mm256_load_si256(scales.cast()));
+                let c = match KIND {
+                    Q4_1 => _mm512_cvtph_ps(_mm256_load_si256(scales.add(32).cast())),
+                    Q4_0 => _mm512_mul_ps(d, _mm512_set1_ps(-8.0)),
+                    _ => _mm512_mul_ps(d, _mm512_set1_ps(-128.0)),
+                };
+                (d, c)
             };
             let mut hi = [_mm512_setzero_si512(); MR];
             let mut lo = [_mm512_setzero_si512(); MR];
@@ -104,6 +114,7 @@ fn tile_kind<const MR: usize>(
         PackedKind::Q4_0 => tile::<MR, Q4_0>(lines, acts),
         PackedKind::Q4_1 => tile::<MR, Q4_1>(lines, acts),
         PackedKind::Q8_0 => tile::<MR, Q8_0>(lines, acts),
+        PackedKind::Q4_K => tile::<MR, Q4_K>(lines, acts),
     };
     acc.map(|v| {
         let mut out = [0.0f32; 16];

@@ -139,6 +139,18 @@ fn k4_pair_scales(chunk: usize, scales: &[u8], d: f32, min: f32) -> ((f32, f32),
     )
 }
 
+/// Sub-block `j` (of 8) of a Q4_K block: its 32 values `u` (0..15), and the scale `d·sc` and
+/// min `dmin·m` the dequantisation applies (`u·(d·sc) − dmin·m`), computed as [`dequantize`]
+/// does.
+pub(crate) fn q4_k_sub_block(b: &[u8], j: usize) -> ([u8; 32], f32, f32) {
+    let (d, min) = (f16_at(b, 0), f16_at(b, 2));
+    let ((d1, m1), (d2, m2)) = k4_pair_scales(j / 2, &b[4..16], d, min);
+    let q = &b[16 + 32 * (j / 2)..16 + 32 * (j / 2) + 32];
+    let high = j % 2 == 1;
+    let u = std::array::from_fn(|l| if high { q[l] >> 4 } else { q[l] & 0x0f });
+    if high { (u, d2, m2) } else { (u, d1, m1) }
+}
+
 /// `{f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}`: 8 sub-blocks of 32, value = d·sc·q − dmin·m.
 fn q4_k(b: &[u8], y: &mut [f32]) {
     let (d, min) = (f16_at(b, 0), f16_at(b, 2));
