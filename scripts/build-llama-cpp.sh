@@ -5,7 +5,7 @@
 # `llama-cpp-python` source distribution, so this script downloads that sdist with pip, unpacks
 # it and builds with CMake + Ninja:
 #
-#     llama-server  llama-bench  llama-batched-bench  llama-tokenize  llama-perplexity
+#     llama-server  llama-bench  llama-batched-bench  llama-tokenize  llama-perplexity  llama-quantize
 #
 # Everything lives in a scratch folder outside the repository (never commit source or binaries):
 #
@@ -38,7 +38,7 @@ PYTHON="${PYTHON:-python3}"
 BUILD_JOBS="${BUILD_JOBS:-2}"
 SPECULA_HOME="${SPECULA_HOME:-$HOME/.cache/specula}"
 LLAMA_CPP_DIR="${LLAMA_CPP_DIR:-$SPECULA_HOME/peers/llama.cpp}"
-TARGETS=(llama-server llama-bench llama-batched-bench llama-tokenize llama-perplexity)
+TARGETS=(llama-server llama-bench llama-batched-bench llama-tokenize llama-perplexity llama-quantize)
 
 log() { echo "build-llama-cpp: $*" >&2; }
 die() { echo "build-llama-cpp: error: $*" >&2; exit 1; }

@@ -486,8 +486,9 @@ pub(crate) mod tests {
             for t in [GgmlType::Q5_K, GgmlType::Q6_K] {
                 assert_eq!(product_path(t, isa), Dequantised, "{t} {isa:?}");
             }
-            assert_eq!(product_path(GgmlType::Q5_0, isa), ScalarRowDots);
         }
+        assert_eq!(product_path(GgmlType::Q5_0, Isa::Avx512), Packed);
+        assert_eq!(product_path(GgmlType::Q5_1, Isa::Avx2), ScalarRowDots);
         assert_eq!(product_path(GgmlType::Q4_1, Isa::Avx512), Packed);
         assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx512), Packed);
         assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx2), Dequantised);
@@ -545,7 +546,14 @@ pub(crate) mod tests {
             return;
         }
         let (rows, cols) = (37, 576); // a partial last panel; 18 blocks a row
-        for dtype in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let types = [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+        ];
+        for dtype in types {
             let bytes = random_weights(dtype, rows, cols, 23);
             let raw = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
             let packed = PackedMatrix::pack(&raw).unwrap();

@@ -11,7 +11,7 @@
 //! `s_x = d_x·Σq`.
 
 use super::QMatrix;
-use crate::quant::{BlockQ8Pair, GgmlType, f16_at, q4_k_sub_block};
+use crate::quant::{BlockQ8Pair, GgmlType, f16_at, fifth_bits, q4_k_sub_block};
 
 /// Weight rows in one panel: the 16 f32 lanes of a 512-bit register.
 pub const PANEL: usize = 16;
@@ -30,6 +30,10 @@ pub enum PackedKind {
     Q8_0,
     /// Each 32-value sub-block of a Q4_K super-block as a block of its own.
     Q4_K,
+    /// Q5_0 and Q5_1 with their 5-bit values a byte each, in Q8_0's lines (for now: 1.6× the
+    /// GGUF's bytes, where a bit-plane layout would need 1.1×).
+    Q5_0,
+    Q5_1,
 }
 
 impl PackedKind {
@@ -39,6 +43,8 @@ impl PackedKind {
             GgmlType::Q4_1 => Some(Self::Q4_1),
             GgmlType::Q8_0 => Some(Self::Q8_0),
             GgmlType::Q4_K => Some(Self::Q4_K),
+            GgmlType::Q5_0 => Some(Self::Q5_0),
+            GgmlType::Q5_1 => Some(Self::Q5_1),
             _ => None,
         }
     }
@@ -50,8 +56,13 @@ impl PackedKind {
         match self {
             Self::Q4_0 | Self::Q4_1 => 5,
             Self::Q4_K => 6,
-            Self::Q8_0 => 9,
+            Self::Q8_0 | Self::Q5_0 | Self::Q5_1 => 9,
         }
+    }
+
+    /// Whether values are a byte each (else two nibbles a byte).
+    pub(super) const fn byte_values(self) -> bool {
+        matches!(self, Self::Q8_0 | Self::Q5_0 | Self::Q5_1)
     }
 
     /// Values in one block of the GGUF type (a Q4_K super-block holds 8 panel blocks).
@@ -67,8 +78,9 @@ impl PackedKind {
     pub(super) fn offset(self, d: f32, m: f32) -> f32 {
         match self {
             Self::Q4_0 => d * -8.0,
-            Self::Q4_1 | Self::Q4_K => m,
+            Self::Q4_1 | Self::Q4_K | Self::Q5_1 => m,
             Self::Q8_0 => d * -128.0,
+            Self::Q5_0 => d * -16.0,
         }
     }
 }
@@ -158,7 +170,7 @@ impl PackedMatrix {
         };
         let (g, t) = (j / 4, j % 4);
         let u = match self.kind {
-            PackedKind::Q8_0 => block[g].0[4 * lane + t],
+            k if k.byte_values() => block[g].0[4 * lane + t],
             _ => {
                 let byte = block[g % 4].0[4 * lane + t];
                 if g < 4 { byte & 0x0f } else { byte >> 4 }
@@ -211,6 +223,19 @@ fn pack_block(kind: PackedKind, b: &[u8], sub: usize, lane: usize, block: &mut [
                 }
             }
             (&b[0..2], None)
+        }
+        PackedKind::Q5_0 | PackedKind::Q5_1 => {
+            // GGML's byte j holds values j and j + 16's low four bits, `qh` their fifth.
+            let at = if kind == PackedKind::Q5_1 { 4 } else { 2 };
+            let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+            for j in 0..16 {
+                let q = b[at + 4 + j];
+                let (h0, h1) = fifth_bits(qh, j);
+                block[j / 4].0[4 * lane + j % 4] = (q & 0x0f) | h0;
+                block[(j + 16) / 4].0[4 * lane + j % 4] = (q >> 4) | h1;
+            }
+            let min = (kind == PackedKind::Q5_1).then(|| &b[2..4]);
+            (&b[0..2], min)
         }
         PackedKind::Q4_0 | PackedKind::Q4_1 => {
             let qs = if kind == PackedKind::Q4_1 { 4 } else { 2 };

@@ -18,6 +18,8 @@ const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4_K: u8 = 3;
+const Q5_0: u8 = 4;
+const Q5_1: u8 = 5;
 
 /// Four activation bytes (`group` of a block) broadcast to every lane.
 #[inline]
@@ -44,8 +46,9 @@ fn tile<const MR: usize, const KIND: u8>(
     // (`Line`); the f16 scale loads are at offsets 0 and 32 of an aligned line, the f32 ones
     // (Q4_K) whole aligned lines.
     unsafe {
+        let bytes = matches!(KIND, Q8_0 | Q5_0 | Q5_1);
         let per = match KIND {
-            Q8_0 => PackedKind::Q8_0.block_lines(),
+            _ if bytes => PackedKind::Q8_0.block_lines(),
             Q4_K => PackedKind::Q4_K.block_lines(),
             _ => PackedKind::Q4_0.block_lines(),
         };
@@ -66,8 +69,9 @@ fn tile<const MR: usize, const KIND: u8>(
                 let scales = block.add((per - 1) * 64);
                 let d = _mm512_cvtph_ps(_mm256_load_si256(scales.cast()));
                 let c = match KIND {
-                    Q4_1 => _mm512_cvtph_ps(_mm256_load_si256(scales.add(32).cast())),
+                    Q4_1 | Q5_1 => _mm512_cvtph_ps(_mm256_load_si256(scales.add(32).cast())),
                     Q4_0 => _mm512_mul_ps(d, _mm512_set1_ps(-8.0)),
+                    Q5_0 => _mm512_mul_ps(d, _mm512_set1_ps(-16.0)),
                     _ => _mm512_mul_ps(d, _mm512_set1_ps(-128.0)),
                 };
                 (d, c)
@@ -81,7 +85,7 @@ fn tile<const MR: usize, const KIND: u8>(
                     lo[r] = _mm512_dpbusd_epi32(lo[r], w, group(&a.lo, g));
                 }
             };
-            if KIND == Q8_0 {
+            if bytes {
                 for g in 0..8 {
                     feed(_mm512_load_si512(block.add(64 * g).cast()), g);
                 }
@@ -115,6 +119,8 @@ fn tile_kind<const MR: usize>(
         PackedKind::Q4_1 => tile::<MR, Q4_1>(lines, acts),
         PackedKind::Q8_0 => tile::<MR, Q8_0>(lines, acts),
         PackedKind::Q4_K => tile::<MR, Q4_K>(lines, acts),
+        PackedKind::Q5_0 => tile::<MR, Q5_0>(lines, acts),
+        PackedKind::Q5_1 => tile::<MR, Q5_1>(lines, acts),
     };
     acc.map(|v| {
         let mut out = [0.0f32; 16];
