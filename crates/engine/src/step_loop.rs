@@ -154,10 +154,7 @@ impl Engine {
             for &id in &plan.preempted {
                 spec.lost_kv(id);
             }
-            let decoding = plan.batch.iter().any(|b| {
-                b.start > 0 && b.logits && (b.len == 1 || plan.drafts.contains_key(&b.id))
-            });
-            if decoding {
+            if plan.decodes > 0 {
                 self.stats.add_spec_step(!plan.drafts.is_empty());
             }
         }

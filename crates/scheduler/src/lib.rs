@@ -155,6 +155,8 @@ pub struct StepPlan {
     /// KV copies between the prefix cache's tiers, to be made in order before the forward pass
     /// (it could overwrite a block being demoted).
     pub copies: Vec<KvCopy>,
+    /// Decoding sequences offered to the draft planner (0 without one).
+    pub decodes: usize,
 }
 
 impl StepPlan {

@@ -94,6 +94,7 @@ impl Scheduler {
             .filter(|b| b.len == 1 && b.logits && b.start > 0)
             .map(|b| b.id)
             .collect();
+        plan.decodes = decoding.len();
         if decoding.is_empty() {
             return;
         }

@@ -11,7 +11,7 @@
 //! `s_x = d_x·Σq`.
 
 use super::QMatrix;
-use crate::quant::{BlockQ8Pair, GgmlType, f16_at, fifth_bits, q4_k_sub_block};
+use crate::quant::{BlockQ8Pair, GgmlType, f16_at, q4_k_sub_block, q5_values};
 
 /// Weight rows in one panel: the 16 f32 lanes of a 512-bit register.
 pub const PANEL: usize = 16;
@@ -225,14 +225,9 @@ fn pack_block(kind: PackedKind, b: &[u8], sub: usize, lane: usize, block: &mut [
             (&b[0..2], None)
         }
         PackedKind::Q5_0 | PackedKind::Q5_1 => {
-            // GGML's byte j holds values j and j + 16's low four bits, `qh` their fifth.
             let at = if kind == PackedKind::Q5_1 { 4 } else { 2 };
-            let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-            for j in 0..16 {
-                let q = b[at + 4 + j];
-                let (h0, h1) = fifth_bits(qh, j);
-                block[j / 4].0[4 * lane + j % 4] = (q & 0x0f) | h0;
-                block[(j + 16) / 4].0[4 * lane + j % 4] = (q >> 4) | h1;
+            for (j, u) in q5_values(&b[at..at + 20]).into_iter().enumerate() {
+                block[j / 4].0[4 * lane + j % 4] = u;
             }
             let min = (kind == PackedKind::Q5_1).then(|| &b[2..4]);
             (&b[0..2], min)

@@ -80,24 +80,30 @@ fn q4_1(b: &[u8], y: &mut [f32]) {
 /// `{f16 d; u8 qh[4]; u8 qs[16]}`: a fifth bit per value in `qh`, offset by 16.
 fn q5_0(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
-    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-    for j in 0..16 {
-        let q = b[6 + j];
-        let (h0, h1) = fifth_bits(qh, j);
-        y[j] = (((q & 0x0f) | h0) as i32 - 16) as f32 * d;
-        y[j + 16] = (((q >> 4) | h1) as i32 - 16) as f32 * d;
+    for (y, u) in y.iter_mut().zip(q5_values(&b[2..22])) {
+        *y = (u as i32 - 16) as f32 * d;
     }
+}
+
+/// The 32 five-bit values of a Q5_0/Q5_1 block from its `qh[4]` and `qs[16]` (`bits`): byte j
+/// of `qs` holds values j and j + 16's low four bits, `qh` their fifth.
+pub(crate) fn q5_values(bits: &[u8]) -> [u8; 32] {
+    let qh = u32::from_le_bytes([bits[0], bits[1], bits[2], bits[3]]);
+    let mut u = [0u8; 32];
+    for j in 0..16 {
+        let q = bits[4 + j];
+        let (h0, h1) = fifth_bits(qh, j);
+        u[j] = (q & 0x0f) | h0;
+        u[j + 16] = (q >> 4) | h1;
+    }
+    u
 }
 
 /// `{f16 d; f16 m; u8 qh[4]; u8 qs[16]}`: value = q·d + m with 5-bit q.
 fn q5_1(b: &[u8], y: &mut [f32]) {
     let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-    for j in 0..16 {
-        let q = b[8 + j];
-        let (h0, h1) = fifth_bits(qh, j);
-        y[j] = ((q & 0x0f) | h0) as f32 * d + m;
-        y[j + 16] = ((q >> 4) | h1) as f32 * d + m;
+    for (y, u) in y.iter_mut().zip(q5_values(&b[4..24])) {
+        *y = u as f32 * d + m;
     }
 }
 

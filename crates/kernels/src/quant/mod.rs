@@ -7,7 +7,7 @@ mod types;
 
 pub use acts::{ACT_BLOCK, BlockQ8Pair, BlockQ16, quantize_row, quantize_row_pairs};
 pub use dequant::{dequantize, supports_dequantize};
-pub(crate) use dequant::{f16_at, fifth_bits, q4_k_sub_block};
+pub(crate) use dequant::{f16_at, fifth_bits, q4_k_sub_block, q5_values};
 pub use types::GgmlType;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
