@@ -10,6 +10,7 @@ pub mod sampler;
 pub mod weights;
 
 pub use config::ModelConfig;
+pub use kernels::quant::ActMode;
 pub use runner::{Logits, LogitsFor, Model, Runner, SeqInput, Tree};
 
 /// Why a model cannot be loaded or run.

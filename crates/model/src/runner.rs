@@ -14,15 +14,17 @@ use crate::weights::ModelWeights;
 use kernels::attention::KvShape;
 use kernels::gemm::gemm;
 use kernels::ops::rms_norm;
-use kernels::quant::dequantize;
+use kernels::quant::{ActMode, dequantize};
 use std::path::Path;
 
-/// A loaded model: the mapped file, its configuration and weight descriptors.
+/// A loaded model: the mapped file, its configuration and weight descriptors, and how its
+/// forward passes quantise activations (`--activations`; set it before running).
 #[derive(Debug)]
 pub struct Model {
     pub file: GgufFile,
     pub config: ModelConfig,
     pub weights: ModelWeights,
+    pub activations: ActMode,
 }
 
 impl Model {
@@ -38,6 +40,7 @@ impl Model {
             file,
             config,
             weights,
+            activations: ActMode::default(),
         })
     }
 }
@@ -303,6 +306,7 @@ impl Runner {
     ) -> Result<Logits, ModelError> {
         let cfg = &model.config;
         let hd = cfg.hidden;
+        self.scratch.acts.mode = model.activations;
         let batch = BatchRows::new(seqs, cfg);
         let m = batch.len();
         let mut h = vec![0.0f32; m * hd];

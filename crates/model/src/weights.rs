@@ -3,7 +3,7 @@
 use crate::ModelError;
 use crate::config::ModelConfig;
 use crate::gguf::{GgmlType, GgufFile};
-use kernels::gemm::{Isa, PackedMatrix, QMatrix, isa};
+use kernels::gemm::{PackedMatrix, QMatrix, isa, packs};
 use kernels::quant::dequantize;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -133,9 +133,7 @@ impl ModelWeights {
             output_norm: vector(file, "output_norm.weight", h)?,
             output,
         };
-        if isa() == Isa::Avx512 {
-            weights.pack(file);
-        }
+        weights.pack(file);
         Ok(weights)
     }
 
@@ -157,11 +155,15 @@ impl ModelWeights {
             .chain(std::iter::once(&mut self.output))
     }
 
-    /// Copies the products' weights into the packed layout (in parallel), releasing the mapped
-    /// pages of each as soon as it is copied, so resident memory holds about one copy of the
-    /// weights even while loading.
+    /// Copies the products' weights into the packed layout where this CPU's kernels read one
+    /// (in parallel), releasing the mapped pages of each as soon as it is copied, so resident
+    /// memory holds about one copy of the weights even while loading.
     fn pack(&mut self, file: &GgufFile) {
-        let mut all: Vec<&mut Linear> = self.products_mut().collect();
+        let isa = isa();
+        let mut all: Vec<&mut Linear> = self
+            .products_mut()
+            .filter(|l| packs(l.dtype, isa))
+            .collect();
         kernels::threads::run(|| {
             all.par_iter_mut().for_each(|l| {
                 l.packed = PackedMatrix::pack(&l.matrix(file)).map(Arc::new);

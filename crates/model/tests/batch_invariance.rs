@@ -1,9 +1,10 @@
-//! Batch invariance on the real model: a sequence's logits are bitwise the same alone, inside a
-//! batch of any size (joining at different steps), as a prefill chunk or token by token.
+//! Batch invariance on the real model, in both activation modes: a sequence's logits are bitwise
+//! the same alone, inside a batch of any size (joining at different steps), as a prefill chunk or
+//! token by token.
 
 mod common;
 
-use model::{LogitsFor, Model, Runner, SeqInput, Tree};
+use model::{ActMode, LogitsFor, Model, Runner, SeqInput, Tree};
 
 const BLOCK: usize = 16;
 
@@ -58,10 +59,17 @@ fn alone(model: &Model, prompt: &[u32], steps: usize) -> Vec<Vec<u32>> {
 
 #[test]
 fn batched_decoding_is_bitwise_identical_to_decoding_alone() {
-    let model = Model::load(&common::model_path()).unwrap();
+    let mut model = Model::load(&common::model_path()).unwrap();
+    for mode in ActMode::ALL {
+        model.activations = mode;
+        batched_equals_alone(&model);
+    }
+}
+
+fn batched_equals_alone(model: &Model) {
     let prompts = prompts();
     let steps = 6;
-    let expected: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| alone(&model, p, steps)).collect();
+    let expected: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| alone(model, p, steps)).collect();
 
     // All eight together; sequence i joins at step i % 3 (its prefill then rides along with the
     // others' single-token decodes).
@@ -88,7 +96,7 @@ fn batched_decoding_is_bitwise_identical_to_decoding_alone() {
                 tree: None,
             })
             .collect();
-        let logits = runner.forward(&model, &inputs).unwrap();
+        let logits = runner.forward(model, &inputs).unwrap();
         for (slot, &i) in active.iter().enumerate() {
             let last = logits.last(slot);
             got[i].push(bits(last));
@@ -101,7 +109,8 @@ fn batched_decoding_is_bitwise_identical_to_decoding_alone() {
         for s in 0..steps {
             assert!(
                 got[i][s] == expected[i][s],
-                "sequence {i}, step {s}: batched logits differ from alone"
+                "{}: sequence {i}, step {s}: batched logits differ from alone",
+                model.activations
             );
         }
     }
@@ -109,14 +118,21 @@ fn batched_decoding_is_bitwise_identical_to_decoding_alone() {
 
 #[test]
 fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
-    let model = Model::load(&common::model_path()).unwrap();
+    let mut model = Model::load(&common::model_path()).unwrap();
+    for mode in ActMode::ALL {
+        model.activations = mode;
+        chunk_equals_one_by_one(&model);
+    }
+}
+
+fn chunk_equals_one_by_one(model: &Model) {
     let prompt = &prompts()[5];
     let table = blocks(0, 4);
 
     let mut chunked = Runner::new(&model.config, BLOCK, 4);
     let all = chunked
         .forward(
-            &model,
+            model,
             &[SeqInput {
                 tokens: prompt,
                 start_pos: 0,
@@ -131,7 +147,7 @@ fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
     for (pos, tok) in prompt.iter().enumerate() {
         let one = single
             .forward(
-                &model,
+                model,
                 &[SeqInput {
                     tokens: std::slice::from_ref(tok),
                     start_pos: pos,
@@ -141,7 +157,12 @@ fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
                 }],
             )
             .unwrap();
-        assert_eq!(bits(one.last(0)), bits(all.row(0, pos)), "position {pos}");
+        assert_eq!(
+            bits(one.last(0)),
+            bits(all.row(0, pos)),
+            "{}: position {pos}",
+            model.activations
+        );
     }
 }
 

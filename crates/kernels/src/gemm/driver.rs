@@ -1,4 +1,5 @@
-//! The GEMM driver (packed AVX-512 panels where available, else row dots from GGUF blocks) and
+//! The GEMM driver (packed panels where the ISA has a kernel for the type, else row dots from
+//! GGUF blocks) and
 //! the scalar block dot products, the reference for the SIMD paths.
 
 use super::{Activations, Isa, OutPtr, QMatrix};
@@ -13,12 +14,18 @@ pub(super) const ROW_TILE: usize = 4;
 pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, rows: Range<usize>) {
     let n_total = w.rows;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512
-        && let Some(packed) = w.packed
+    if let Some(packed) = w.packed
+        && super::packs(w.dtype, isa)
     {
-        // SAFETY: Avx512 means the CPU has F/BW/VNNI, F16C and FMA (Isa::detect), and
-        // `Activations::set` made byte pairs.
-        unsafe { super::packed_avx512::gemm(packed, x, out, rows) };
+        // SAFETY: `isa` is what the CPU supports (Isa::detect): Avx512 means F/BW/VNNI, F16C
+        // and FMA, Avx2 AVX2, F16C and FMA; `packs` admits only the kinds each kernel handles;
+        // `Activations::set` made byte pairs on both.
+        unsafe {
+            match isa {
+                Isa::Avx512 => super::packed_avx512::gemm(packed, x, out, rows),
+                _ => super::packed_avx2::gemm(packed, x, out, rows),
+            }
+        };
         return;
     }
     if !integer_product(w.dtype) {

@@ -8,6 +8,8 @@
 mod driver;
 mod packed;
 #[cfg(target_arch = "x86_64")]
+mod packed_avx2;
+#[cfg(target_arch = "x86_64")]
 mod packed_avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -18,8 +20,8 @@ use rayon::prelude::*;
 use std::sync::OnceLock;
 
 use crate::quant::{
-    ACT_BLOCK, BlockQ8Pair, BlockQ16, GgmlType, QuantError, quantize_row, quantize_row_pairs,
-    supports_dequantize,
+    ACT_BLOCK, ActMode, BlockQ8Pair, BlockQ16, GgmlType, QuantError, quantize_row,
+    quantize_row_pairs,
 };
 
 /// A weight matrix: `rows` output features, each `cols` values stored as `dtype` blocks, and
@@ -47,9 +49,6 @@ impl<'a> QMatrix<'a> {
             (Some(row_bytes), Some(total))
                 if total == data.len() && cols.is_multiple_of(ACT_BLOCK) =>
             {
-                if !supports_dequantize(dtype) {
-                    return Err(QuantError::Unsupported(dtype));
-                }
                 Ok(Self {
                     dtype,
                     rows,
@@ -83,15 +82,17 @@ impl<'a> QMatrix<'a> {
     }
 }
 
-/// A batch of `m` activation rows of `k` values, kept both as f32 and quantised to 16 bits: integer
-/// products where the weight type has one, f32 products for the others.
+/// A batch of `m` activation rows of `k` values, kept both as f32 and quantised at `mode`'s
+/// precision: integer products where the weight type has one, f32 products for the others.
 #[derive(Debug, Default, Clone)]
 pub struct Activations {
+    /// How [`Activations::set`] quantises; the owner chooses it (`--activations`).
+    pub mode: ActMode,
     pub m: usize,
     pub k: usize,
     pub f32: Vec<f32>,
     pub q16: Vec<BlockQ16>,
-    /// `q16` as byte pairs, for packed weights (AVX-512 only).
+    /// `q16` as byte pairs, for packed weights (made where packed kernels run: AVX2 and up).
     pub pairs: Vec<BlockQ8Pair>,
 }
 
@@ -105,7 +106,9 @@ impl Activations {
         let per = k / ACT_BLOCK;
         self.f32.resize(m * k, 0.0);
         self.q16.resize(m * per, BlockQ16::default());
-        let with_pairs = isa() == Isa::Avx512;
+        // Byte pairs are what the packed kernels read.
+        let with_pairs = isa() >= Isa::Avx2;
+        let mode = self.mode;
         self.pairs
             .resize(if with_pairs { m * per } else { 0 }, BlockQ8Pair::default());
         // Rows `x` into `f`, `q` and (when made) `p`.
@@ -113,9 +116,9 @@ impl Activations {
             f.copy_from_slice(x);
             for (i, (row, blocks)) in x.chunks_exact(k).zip(q.chunks_exact_mut(per)).enumerate() {
                 if with_pairs {
-                    quantize_row_pairs(row, blocks, &mut p[i * per..(i + 1) * per]);
+                    quantize_row_pairs(row, blocks, &mut p[i * per..(i + 1) * per], mode);
                 } else {
-                    quantize_row(row, blocks);
+                    quantize_row(row, blocks, mode);
                 }
             }
         };
@@ -212,7 +215,8 @@ pub fn isa() -> Isa {
 /// Built from the same predicates the driver dispatches on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProductPath {
-    /// Repacked at load into 16-row panels, `vpdpbusd` over them.
+    /// Repacked at load into 16-row panels, integer SIMD over them (`vpdpbusd` with AVX-512
+    /// VNNI, `vpmaddubsw` with AVX2).
     Packed,
     /// SIMD integer row dots straight from the GGUF blocks.
     SimdRowDots,
@@ -225,7 +229,7 @@ pub enum ProductPath {
 impl std::fmt::Display for ProductPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Self::Packed => "packed panels (AVX-512 VNNI)",
+            Self::Packed => "repacked into 16-row panels (integer SIMD)",
             Self::SimdRowDots => "SIMD integer row dots from GGUF blocks",
             Self::ScalarRowDots => "scalar integer row dots from GGUF blocks",
             Self::Dequantised => "dequantised to f32 row by row (slow)",
@@ -236,7 +240,7 @@ impl std::fmt::Display for ProductPath {
 /// The path a product with `dtype` weights takes on `isa` (the weights being packed at load
 /// wherever a packed form exists, as the model loader does).
 pub fn product_path(dtype: GgmlType, isa: Isa) -> ProductPath {
-    if isa == Isa::Avx512 && PackedKind::of(dtype).is_some() {
+    if packs(dtype, isa) {
         return ProductPath::Packed;
     }
     if !driver::integer_product(dtype) {
@@ -247,6 +251,21 @@ pub fn product_path(dtype: GgmlType, isa: Isa) -> ProductPath {
         return ProductPath::SimdRowDots;
     }
     ProductPath::ScalarRowDots
+}
+
+/// Whether products with `dtype` weights run on packed panels on `isa`: the model loader packs
+/// exactly these (every packed type with AVX-512 VNNI; with AVX2 those whose values fit
+/// `vpmaddubsw`).
+pub fn packs(dtype: GgmlType, isa: Isa) -> bool {
+    let Some(kind) = PackedKind::of(dtype) else {
+        return false;
+    };
+    match isa {
+        Isa::Avx512 => true,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => packed_avx2::handles(kind),
+        _ => false,
+    }
 }
 
 /// Below this many multiply-adds a product runs on the calling thread alone.
@@ -363,6 +382,8 @@ pub(crate) mod tests {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
             GgmlType::Q6_K => &[208],
+            GgmlType::Q3_K => &[108],
+            GgmlType::Q2_K => &[80, 82],
             _ => &[],
         };
         for block in bytes.chunks_exact_mut(dtype.type_size()) {
@@ -392,6 +413,8 @@ pub(crate) mod tests {
             GgmlType::Q4_K,
             GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::Q3_K,
+            GgmlType::Q2_K,
         ] {
             let bytes = random_weights(dtype, rows, cols, 7);
             let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
@@ -481,106 +504,113 @@ pub(crate) mod tests {
     #[test]
     fn each_weight_type_reports_the_path_its_products_take() {
         use ProductPath::*;
-        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
-            // These K-quants have no integer product yet: the slow path, whatever the CPU.
-            for t in [GgmlType::Q5_K, GgmlType::Q6_K] {
-                assert_eq!(product_path(t, isa), Dequantised, "{t} {isa:?}");
-            }
+        for t in [
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q2_K,
+            GgmlType::Q4_K,
+        ] {
+            assert_eq!(product_path(t, Isa::Avx512), Packed, "{t}");
+            assert_eq!(product_path(t, Isa::Portable), Dequantised, "{t}");
         }
         assert_eq!(product_path(GgmlType::Q5_0, Isa::Avx512), Packed);
-        assert_eq!(product_path(GgmlType::Q5_1, Isa::Avx2), ScalarRowDots);
+        assert_eq!(product_path(GgmlType::Q5_1, Isa::Portable), ScalarRowDots);
         assert_eq!(product_path(GgmlType::Q4_1, Isa::Avx512), Packed);
-        assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx512), Packed);
-        assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx2), Dequantised);
         assert_eq!(product_path(GgmlType::Q8_0, Isa::Portable), ScalarRowDots);
+        assert_eq!(product_path(GgmlType::F16, Isa::Avx512), Dequantised);
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(product_path(GgmlType::Q4_0, Isa::Avx2), SimdRowDots);
-    }
-
-    #[test]
-    fn packed_q4_k_follows_the_reference_arithmetic_and_the_dequantised_weights() {
-        if isa() != Isa::Avx512 {
-            eprintln!("no AVX-512 VNNI here: the packed kernels are not used on this CPU");
-            return;
-        }
-        let (rows, cols) = (37, 768); // a partial last panel; 3 super-blocks a row
-        let bytes = random_weights(GgmlType::Q4_K, rows, cols, 29);
-        let raw = QMatrix::new(GgmlType::Q4_K, rows, cols, &bytes).unwrap();
-        let packed = PackedMatrix::pack(&raw).unwrap();
-        let w = raw.with_packed(&packed);
-        let mut wrow = vec![0.0f32; cols];
-        for m in [1, 7, 8, 13] {
-            let x = acts(m, cols);
-            let mut a = Activations::default();
-            a.set(&x, m, cols);
-            let mut out = vec![0.0; m * rows];
-            gemm(&w, &a, &mut out);
-            for n in 0..rows {
-                crate::quant::dequantize(GgmlType::Q4_K, raw.row(n), &mut wrow).unwrap();
-                for i in 0..m {
-                    let want = packed.reference_dot(n, a.row_pairs(i));
-                    let got = out[i * rows + n];
-                    assert_eq!(got.to_bits(), want.to_bits(), "m={m} [{i},{n}]");
-                    // Against the exact product of the dequantised weights: only the 16-bit
-                    // activations' rounding apart.
-                    let row = &x[i * cols..(i + 1) * cols];
-                    let exact: f64 = wrow.iter().zip(row).map(|(w, x)| f64::from(w * x)).sum();
-                    let scale: f64 = wrow
-                        .iter()
-                        .zip(row)
-                        .map(|(w, x)| f64::from((w * x).abs()))
-                        .sum();
-                    assert!(
-                        (f64::from(got) - exact).abs() <= 1e-4 * scale.max(1e-6),
-                        "[{i},{n}] {got} vs {exact}"
-                    );
-                }
-            }
+        {
+            assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx2), Packed);
+            assert_eq!(product_path(GgmlType::Q4_0, Isa::Avx2), Packed);
+            // Q8_0's bytes overflow vpmaddubsw's 16-bit pairs: row dots on AVX2.
+            assert_eq!(product_path(GgmlType::Q8_0, Isa::Avx2), SimdRowDots);
         }
     }
 
+    /// Every packed type in both activation modes, on every packed path this CPU has: the kernel
+    /// against the scalar reference of its arithmetic, bitwise, for tiles of 1, 7, 8 and 13 rows
+    /// and a partial last panel; and against the exact product of the dequantised weights, within
+    /// the activations' rounding.
     #[test]
     fn packed_products_follow_the_reference_arithmetic_bitwise_in_any_batch() {
-        if isa() != Isa::Avx512 {
-            eprintln!("no AVX-512 VNNI here: the packed kernels are not used on this CPU");
+        let paths: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&i| i <= isa())
+            .collect();
+        if paths.is_empty() {
+            eprintln!("no AVX2 here: the packed kernels are not used on this CPU");
             return;
         }
-        let (rows, cols) = (37, 576); // a partial last panel; 18 blocks a row
-        let types = [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q8_0,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-        ];
-        for dtype in types {
+        // A partial last panel; 3 super-blocks (24 blocks) a row, or 3 blocks (a part-filled
+        // last unit where two blocks share a scale line).
+        let shapes: [(usize, usize); 2] = [(37, 768), (21, 96)];
+        for ((rows, cols), kind) in shapes
+            .into_iter()
+            .flat_map(|s| PackedKind::ALL.map(|k| (s, k)))
+        {
+            let dtype = (0..64)
+                .filter_map(GgmlType::from_id)
+                .find(|&t| PackedKind::of(t) == Some(kind))
+                .unwrap();
+            if !cols.is_multiple_of(dtype.block_size()) {
+                continue;
+            }
             let bytes = random_weights(dtype, rows, cols, 23);
             let raw = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
             let packed = PackedMatrix::pack(&raw).unwrap();
             let w = raw.with_packed(&packed);
-            for m in [1, 7, 8, 13] {
-                let x = acts(m, cols);
-                let mut a = Activations::default();
-                a.set(&x, m, cols);
-                let mut out = vec![0.0; m * rows];
-                gemm(&w, &a, &mut out);
-                let unpacked = {
-                    let mut o = vec![0.0; m * rows];
-                    gemm(&raw, &a, &mut o);
-                    o
-                };
-                for i in 0..m {
-                    for n in 0..rows {
-                        let want = packed.reference_dot(n, a.row_pairs(i));
-                        let got = out[i * rows + n];
-                        assert_eq!(got.to_bits(), want.to_bits(), "{dtype} m={m} [{i},{n}]");
-                        let other = unpacked[i * rows + n];
-                        assert!(
-                            (got - other).abs() <= 1e-5 * other.abs().max(1.0),
-                            "{dtype} packed {got} vs unpacked {other}"
-                        );
+            for mode in ActMode::ALL {
+                for m in [1, 7, 8, 13] {
+                    let x = acts(m, cols);
+                    let mut a = Activations {
+                        mode,
+                        ..Activations::default()
+                    };
+                    a.set(&x, m, cols);
+                    for &path in paths.iter().filter(|&&i| packs(dtype, i)) {
+                        let out = gemm_with(path, &w, &a);
+                        check_packed(&packed, &raw, &a, &x, &out, &format!("{path:?} {mode}"));
                     }
                 }
+            }
+        }
+    }
+
+    /// `out` (from packed `p`) against `p`'s reference arithmetic and the dequantised weights.
+    fn check_packed(
+        p: &PackedMatrix,
+        raw: &QMatrix<'_>,
+        a: &Activations,
+        x: &[f32],
+        out: &[f32],
+        what: &str,
+    ) {
+        let (rows, cols, dtype) = (raw.rows, raw.cols, raw.dtype);
+        let mut wrow = vec![0.0f32; cols];
+        for n in 0..rows {
+            dequantize(dtype, raw.row(n), &mut wrow).unwrap();
+            for i in 0..a.m {
+                let want = p.reference_dot(n, a.row_pairs(i));
+                let got = out[i * rows + n];
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{dtype} {what} m={} [{i},{n}]",
+                    a.m
+                );
+                let row = &x[i * cols..(i + 1) * cols];
+                let exact: f64 = wrow.iter().zip(row).map(|(w, x)| f64::from(w * x)).sum();
+                let scale: f64 = wrow
+                    .iter()
+                    .zip(row)
+                    .map(|(w, x)| f64::from((w * x).abs()))
+                    .sum();
+                // 16 bits: half a step in 65,278; 8 bits: in 254 (and the errors partly cancel).
+                let tol = if a.mode == ActMode::Int16 { 1e-4 } else { 2e-2 };
+                assert!(
+                    (f64::from(got) - exact).abs() <= tol * scale.max(1e-6),
+                    "{dtype} {what} [{i},{n}] {got} vs {exact}"
+                );
             }
         }
     }
@@ -588,7 +618,7 @@ pub(crate) mod tests {
     #[test]
     fn shapes_are_checked() {
         assert!(QMatrix::new(GgmlType::Q4_1, 2, 32, &[0u8; 39]).is_err());
-        assert!(QMatrix::new(GgmlType::Q2_K, 1, 256, &[0u8; 84]).is_err());
+        assert!(QMatrix::new(GgmlType::Q2_K, 1, 256, &[0u8; 83]).is_err());
         assert!(QMatrix::new(GgmlType::Q8_0, 2, 32, &[0u8; 68]).is_ok());
     }
 }

@@ -1,17 +1,25 @@
-//! Weights repacked at load time for the AVX-512 kernels: panels of 16 rows whose blocks are
-//! interleaved so that one 64-byte load holds four consecutive values of each of the 16 rows,
+//! Weights repacked at load time for the packed kernels: panels of 16 rows whose blocks are
+//! interleaved so that one 64-byte line holds four consecutive values of each of the 16 rows,
 //! the operand layout of `vpdpbusd`. Each output lane is then one weight row: no horizontal sums,
 //! and one load of activations (broadcast) feeds 16 rows.
 //!
-//! Every supported type becomes "unsigned values with a per-block scale and offset" over blocks
-//! of 32 values: `w = d·u + c`, with `u` 0..15 (Q4_0, Q4_1, Q4_K) or 0..255 (Q8_0 shifted by
-//! 128), and `c` = Q4_1's min, `−8·d` (Q4_0), `−128·d` (Q8_0), or for Q4_K's sub-blocks `d` =
-//! `d·sc` and `c` = `−dmin·m` (stored as f32: they are products a half float cannot hold). A
-//! block's dot product with activations `x = d_x·q` is then `Σu·q · d·d_x + c·s_x`, where
-//! `s_x = d_x·Σq`.
+//! Every supported type becomes "unsigned values with a scale and offset" over blocks of 32
+//! values, `w = d·u + c`, or for the K-quants whose scales change every 16 values, the same per
+//! half block. A block's dot product with activations `x = d_x·q` is then
+//! `Σu·q · d·d_x + c·s_x` (`s_x = d_x·Σq`, over the half where scales are per half).
+//!
+//! The values are stored by their width ([`Values`]): 4 bits (two a byte, 4 lines), 5 or 6 bits
+//! (the low four as nibbles, the rest in 1 or 2 bit-plane lines) or 8 bits (8 lines). The
+//! scales: GGUF's f16 `d` and min in one line after each block for the 32-value types; for the
+//! K-quants, after each super-block's 8 blocks, 4 lines of the sub-blocks' two scale bytes per
+//! row and one of the super-block's f16 `d` and `dmin`, from which the kernels form `d·sc` and
+//! `dmin·m` (products f32 holds exactly). So the packed bytes stay within a few percent of the
+//! GGUF's, except where a type's values are narrower than a nibble (Q2_K, Q3_K).
 
 use super::QMatrix;
-use crate::quant::{BlockQ8Pair, GgmlType, f16_at, q4_k_sub_block, q5_values};
+use crate::quant::{
+    BlockQ8Pair, GgmlType, f16_at, k_scales, k_sub_block, k_super_scales, q5_values,
+};
 
 /// Weight rows in one panel: the 16 f32 lanes of a 512-bit register.
 pub const PANEL: usize = 16;
@@ -28,65 +36,181 @@ pub enum PackedKind {
     Q4_0,
     Q4_1,
     Q8_0,
-    /// Each 32-value sub-block of a Q4_K super-block as a block of its own.
-    Q4_K,
-    /// Q5_0 and Q5_1 with their 5-bit values a byte each, in Q8_0's lines (for now: 1.6× the
-    /// GGUF's bytes, where a bit-plane layout would need 1.1×).
     Q5_0,
     Q5_1,
+    /// Each 32-value sub-block of a K-quant super-block is a block of its own.
+    Q4_K,
+    Q5_K,
+    /// Per-16 scales: `d` per half block.
+    Q6_K,
+    Q3_K,
+    Q2_K,
+}
+
+/// How a packed block stores its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Values {
+    /// 0..3: two bits a value, line g / 4 holding group g's at bits `2·(g % 4)` of each byte.
+    Bits2,
+    /// 0..7: the low two bits as [`Values::Bits2`], the third in line 2, group g's at bit g.
+    Bits3,
+    /// 0..15: line `p` holds group `p` in its low nibbles and group `p + 4` in its high ones.
+    Nib4,
+    /// 0..31: the low four bits as [`Values::Nib4`], then one line of fifth bits: group g's at
+    /// bit g of each byte of line 4.
+    Nib5,
+    /// 0..63: the low four bits as [`Values::Nib4`], then two lines of 2-bit tops: line 4 + g/4
+    /// holds group g's at bits `2·(g % 4)` of each byte.
+    Nib6,
+    /// 0..255: line g holds group g.
+    Byte,
 }
 
 impl PackedKind {
-    pub(super) fn of(dtype: GgmlType) -> Option<Self> {
-        match dtype {
-            GgmlType::Q4_0 => Some(Self::Q4_0),
-            GgmlType::Q4_1 => Some(Self::Q4_1),
-            GgmlType::Q8_0 => Some(Self::Q8_0),
-            GgmlType::Q4_K => Some(Self::Q4_K),
-            GgmlType::Q5_0 => Some(Self::Q5_0),
-            GgmlType::Q5_1 => Some(Self::Q5_1),
-            _ => None,
-        }
+    pub(super) const ALL: [PackedKind; 10] = [
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q8_0,
+        Self::Q5_0,
+        Self::Q5_1,
+        Self::Q4_K,
+        Self::Q5_K,
+        Self::Q6_K,
+        Self::Q3_K,
+        Self::Q2_K,
+    ];
+
+    pub fn of(dtype: GgmlType) -> Option<Self> {
+        Some(match dtype {
+            GgmlType::Q4_0 => Self::Q4_0,
+            GgmlType::Q4_1 => Self::Q4_1,
+            GgmlType::Q8_0 => Self::Q8_0,
+            GgmlType::Q5_0 => Self::Q5_0,
+            GgmlType::Q5_1 => Self::Q5_1,
+            GgmlType::Q4_K => Self::Q4_K,
+            GgmlType::Q5_K => Self::Q5_K,
+            GgmlType::Q6_K => Self::Q6_K,
+            GgmlType::Q3_K => Self::Q3_K,
+            GgmlType::Q2_K => Self::Q2_K,
+            _ => return None,
+        })
     }
 
-    /// Lines of one panel block: the values (two nibbles a byte for Q4, a byte for Q8), then one
-    /// line of scales: 16 f16 `d`, then 16 f16 mins (Q4_1 only); Q4_K: two lines, 16 f32 `d`
-    /// then 16 f32 `c`.
-    pub(super) const fn block_lines(self) -> usize {
+    /// The kernels' compile-time code for this kind (its index in [`PackedKind::ALL`]).
+    pub(super) const fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub(super) const fn from_code(code: u8) -> Self {
+        Self::ALL[code as usize]
+    }
+
+    pub(super) const fn values(self) -> Values {
         match self {
-            Self::Q4_0 | Self::Q4_1 => 5,
-            Self::Q4_K => 6,
-            Self::Q8_0 | Self::Q5_0 | Self::Q5_1 => 9,
+            Self::Q2_K => Values::Bits2,
+            Self::Q3_K => Values::Bits3,
+            Self::Q4_0 | Self::Q4_1 | Self::Q4_K => Values::Nib4,
+            Self::Q5_0 | Self::Q5_1 | Self::Q5_K => Values::Nib5,
+            Self::Q6_K => Values::Nib6,
+            Self::Q8_0 => Values::Byte,
         }
     }
 
-    /// Whether values are a byte each (else two nibbles a byte).
-    pub(super) const fn byte_values(self) -> bool {
-        matches!(self, Self::Q8_0 | Self::Q5_0 | Self::Q5_1)
+    pub(super) const fn value_lines(self) -> usize {
+        match self.values() {
+            Values::Bits2 => 2,
+            Values::Bits3 => 3,
+            Values::Nib4 => 4,
+            Values::Nib5 => 5,
+            Values::Nib6 => 6,
+            Values::Byte => 8,
+        }
     }
 
-    /// Values in one block of the GGUF type (a Q4_K super-block holds 8 panel blocks).
+    pub(super) const fn dtype(self) -> GgmlType {
+        match self {
+            Self::Q4_0 => GgmlType::Q4_0,
+            Self::Q4_1 => GgmlType::Q4_1,
+            Self::Q8_0 => GgmlType::Q8_0,
+            Self::Q5_0 => GgmlType::Q5_0,
+            Self::Q5_1 => GgmlType::Q5_1,
+            Self::Q4_K => GgmlType::Q4_K,
+            Self::Q5_K => GgmlType::Q5_K,
+            Self::Q6_K => GgmlType::Q6_K,
+            Self::Q3_K => GgmlType::Q3_K,
+            Self::Q2_K => GgmlType::Q2_K,
+        }
+    }
+
+    /// Scales per block: 2 (one per half) for the types with 16-value sub-blocks, else 1.
+    pub(super) const fn halves(self) -> usize {
+        match self {
+            Self::Q6_K | Self::Q3_K | Self::Q2_K => 2,
+            _ => 1,
+        }
+    }
+
+    /// A K-quant: blocks grouped by super-block, with the scale lines after each group.
+    pub(super) const fn super_blocks(self) -> bool {
+        matches!(
+            self,
+            Self::Q4_K | Self::Q5_K | Self::Q6_K | Self::Q3_K | Self::Q2_K
+        )
+    }
+
+    /// Blocks that share their scale lines: a K-quant's super-block of 8; 2 for the types with
+    /// one f16 scale (each takes half the line); 1 for those with a min too.
+    pub(super) const fn unit_blocks(self) -> usize {
+        if self.super_blocks() {
+            8
+        } else if self.offset_factor().is_some() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Lines of such a unit: the blocks' values, then 1 f16 scale line (32-value types: 16 `d`
+    /// of each block, or 16 `d` then 16 mins) or 4 lines of scale bytes and 1 of f16 `d`, `dmin`
+    /// (K-quants). A row's last unit may be part-filled.
+    pub(super) const fn unit_lines(self) -> usize {
+        self.unit_blocks() * self.value_lines() + if self.super_blocks() { 5 } else { 1 }
+    }
+
+    /// The first line of block `i`'s values within its panel.
+    pub(super) const fn value_at(self, i: usize) -> usize {
+        let u = self.unit_blocks();
+        (i / u) * self.unit_lines() + (i % u) * self.value_lines()
+    }
+
+    /// The first scale line of block `i`'s unit within its panel.
+    pub(super) const fn scales_at(self, i: usize) -> usize {
+        let u = self.unit_blocks();
+        (i / u) * self.unit_lines() + u * self.value_lines()
+    }
+
+    /// The offset as a fixed multiple of the scale, for the 32-value types that store none
+    /// (K-quants: see [`k_scales`]).
+    pub(super) const fn offset_factor(self) -> Option<f32> {
+        match self {
+            Self::Q4_0 => Some(-8.0),
+            Self::Q5_0 => Some(-16.0),
+            Self::Q8_0 => Some(-128.0),
+            Self::Q6_K => Some(-32.0),
+            Self::Q3_K => Some(-4.0),
+            Self::Q4_1 | Self::Q5_1 | Self::Q4_K | Self::Q5_K | Self::Q2_K => None,
+        }
+    }
+
+    /// Values in one block of the GGUF type (a K-quant super-block holds 8 panel blocks).
     const fn gguf_block(self) -> usize {
-        match self {
-            Self::Q4_K => 256,
-            _ => 32,
-        }
-    }
-
-    /// The block offset `c` from its scale `d` and stored min `m` (Q4_1) or offset (Q4_K) (f32
-    /// arithmetic the kernels repeat exactly: the products by −8 and −128 are exact).
-    pub(super) fn offset(self, d: f32, m: f32) -> f32 {
-        match self {
-            Self::Q4_0 => d * -8.0,
-            Self::Q4_1 | Self::Q4_K | Self::Q5_1 => m,
-            Self::Q8_0 => d * -128.0,
-            Self::Q5_0 => d * -16.0,
-        }
+        if self.super_blocks() { 256 } else { 32 }
     }
 }
 
 /// A weight matrix in panel layout: panel `p` holds rows `16p..16p + 16` (missing rows of the
-/// last panel are zeros), its blocks in order, each [`PackedKind::block_lines`] lines.
+/// last panel are zeros), its units (a block, or a K-quant's super-block) in order, each
+/// [`PackedKind::unit_lines`] lines.
 pub struct PackedMatrix {
     pub kind: PackedKind,
     pub rows: usize,
@@ -111,17 +235,16 @@ impl PackedMatrix {
         let kind = PackedKind::of(w.dtype)?;
         let blocks = w.cols / 32;
         let panels = w.rows.div_ceil(PANEL);
-        let lines = kind.block_lines();
-        let mut data = vec![Line([0; 64]); panels * blocks * lines];
+        let lines = kind.unit_lines();
+        let units = blocks.div_ceil(kind.unit_blocks());
+        let mut data = vec![Line([0; 64]); panels * units * lines];
         let size = w.dtype.type_size();
-        let per_gguf = kind.gguf_block() / 32;
+        let per_unit = kind.unit_blocks() / (kind.gguf_block() / 32);
         for n in 0..w.rows {
             let (panel, lane) = (n / PANEL, n % PANEL);
             for (i, b) in w.row(n).chunks_exact(size).enumerate() {
-                for j in 0..per_gguf {
-                    let at = (panel * blocks + i * per_gguf + j) * lines;
-                    pack_block(kind, b, j, lane, &mut data[at..at + lines]);
-                }
+                let at = (panel * units + i / per_unit) * lines;
+                pack_unit(kind, b, i % per_unit, lane, &mut data[at..at + lines]);
             }
         }
         Some(Self {
@@ -144,7 +267,7 @@ impl PackedMatrix {
 
     /// The lines of panel `p`: all its blocks in order.
     pub(super) fn panel(&self, p: usize) -> &[Line] {
-        let per = self.blocks * self.kind.block_lines();
+        let per = self.blocks.div_ceil(self.kind.unit_blocks()) * self.kind.unit_lines();
         &self.data[p * per..(p + 1) * per]
     }
 
@@ -152,31 +275,64 @@ impl PackedMatrix {
         self.data.len() * 64
     }
 
-    /// Row `n`'s unsigned value `k`, its block's scale and offset (the scalar view of the
-    /// layout, for the reference product and tests).
+    /// Row `n`'s unsigned value `k`, and the scale and offset of its (half) block (the scalar
+    /// view of the layout, for the reference product and tests).
     fn value(&self, n: usize, k: usize) -> (u8, f32, f32) {
         let (panel, lane, i, j) = (n / PANEL, n % PANEL, k / 32, k % 32);
-        let lines = self.kind.block_lines();
-        let block = &self.panel(panel)[i * lines..(i + 1) * lines];
-        let (d, m) = if self.kind == PackedKind::Q4_K {
-            let f32_at = |line: &Line| {
-                let b = &line.0[4 * lane..4 * lane + 4];
-                f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-            };
-            (f32_at(&block[4]), f32_at(&block[5]))
+        let kind = self.kind;
+        let lines = self.panel(panel);
+        let block = &lines[kind.value_at(i)..];
+        let scales = &lines[kind.scales_at(i)..];
+        let (d, c) = if kind.super_blocks() {
+            let sub = i % 8;
+            let at = 32 * (sub % 2) + 2 * lane;
+            let bytes = &scales[sub / 2].0[at..at + 2];
+            let (d, dmin) = (
+                f16_at(&scales[4].0, 2 * lane),
+                f16_at(&scales[4].0, 32 + 2 * lane),
+            );
+            let (d, c) = k_scales(kind.dtype(), [bytes[0], bytes[1]], d, dmin);
+            (d[j / 16], c[j / 16])
         } else {
-            let scales = &block[lines - 1].0;
-            (f16_at(scales, 2 * lane), f16_at(scales, 32 + 2 * lane))
-        };
-        let (g, t) = (j / 4, j % 4);
-        let u = match self.kind {
-            k if k.byte_values() => block[g].0[4 * lane + t],
-            _ => {
-                let byte = block[g % 4].0[4 * lane + t];
-                if g < 4 { byte & 0x0f } else { byte >> 4 }
+            match kind.offset_factor() {
+                Some(f) => {
+                    let d = f16_at(&scales[0].0, 32 * (i % 2) + 2 * lane);
+                    (d, d * f)
+                }
+                None => (
+                    f16_at(&scales[0].0, 2 * lane),
+                    f16_at(&scales[0].0, 32 + 2 * lane),
+                ),
             }
         };
-        (u, d, self.kind.offset(d, m))
+        let (g, t) = (j / 4, j % 4);
+        let byte = |line: usize| block[line].0[4 * lane + t];
+        let u = match kind.values() {
+            Values::Byte => byte(g),
+            Values::Bits2 | Values::Bits3 => {
+                let low = (byte(g / 4) >> (2 * (g % 4))) & 3;
+                let top = if kind.values() == Values::Bits3 {
+                    ((byte(2) >> g) & 1) << 2
+                } else {
+                    0
+                };
+                low | top
+            }
+            values => {
+                let low = if g < 4 {
+                    byte(g) & 0x0f
+                } else {
+                    byte(g - 4) >> 4
+                };
+                let top = match values {
+                    Values::Nib5 => ((byte(4) >> g) & 1) << 4,
+                    Values::Nib6 => ((byte(4 + g / 4) >> (2 * (g % 4))) & 3) << 4,
+                    _ => 0,
+                };
+                low | top
+            }
+        };
+        (u, d, c)
     }
 
     /// Row `n` as f32 (tests compare it with the GGUF dequantisation).
@@ -189,78 +345,95 @@ impl PackedMatrix {
             .collect()
     }
 
-    /// Row `n` · one activation row, in exactly the arithmetic of the AVX-512 kernel (so the two
-    /// agree bitwise): per block an exact integer sum, then `acc = fma(Σ, d·d_x, acc)` and
-    /// `acc = fma(c, s_x, acc)`, blocks in order.
+    /// Row `n` · one activation row, in exactly the arithmetic of the packed kernels (so they
+    /// agree bitwise): per block, or per half block for the types with two scales, an exact
+    /// integer sum, then `acc = fma(Σ, d·d_x, acc)` and `acc = fma(c, s_x, acc)`, in order.
     pub fn reference_dot(&self, n: usize, acts: &[BlockQ8Pair]) -> f32 {
+        let halves = self.kind.halves();
+        let span = 32 / halves;
         let mut acc = 0.0f32;
         for (i, a) in acts.iter().enumerate() {
-            let mut sum = 0i32;
-            for j in 0..32 {
-                let (u, _, _) = self.value(n, 32 * i + j);
-                let q = 256 * i32::from(a.hi[j]) + i32::from(a.lo[j]);
-                sum += i32::from(u) * q;
+            for h in 0..halves {
+                let mut sum = 0i32;
+                for j in h * span..(h + 1) * span {
+                    let (u, _, _) = self.value(n, 32 * i + j);
+                    let q = 256 * i32::from(a.hi[j]) + i32::from(a.lo[j]);
+                    sum += i32::from(u) * q;
+                }
+                let (_, d, c) = self.value(n, 32 * i + h * span);
+                let s = if halves == 2 { a.sh[h] } else { a.s };
+                acc = (sum as f32).mul_add(d * a.d, acc);
+                acc = c.mul_add(s, acc);
             }
-            let (_, d, c) = self.value(n, 32 * i);
-            acc = (sum as f32).mul_add(d * a.d, acc);
-            acc = c.mul_add(a.s, acc);
         }
         acc
     }
 }
 
-/// Writes panel block `block` (`kind`'s lines) of row `lane`: from GGUF block `b`, or for Q4_K
-/// from sub-block `sub` of super-block `b`.
-fn pack_block(kind: PackedKind, b: &[u8], sub: usize, lane: usize, block: &mut [Line]) {
-    let lines = block.len();
-    // Line g (Q8) or p (Q4) holds values 4g..4g+4 of each row at bytes 4·lane...
-    let (scale, min) = match kind {
-        PackedKind::Q8_0 => {
-            for g in 0..8 {
-                for t in 0..4 {
-                    let q = b[2 + 4 * g + t] as i8;
-                    block[g].0[4 * lane + t] = (i32::from(q) + 128) as u8;
-                }
-            }
-            (&b[0..2], None)
+/// Writes GGUF block `b`, block `at` of its unit, into row `lane` of the unit's lines (`kind`'s
+/// layout).
+fn pack_unit(kind: PackedKind, b: &[u8], at: usize, lane: usize, unit: &mut [Line]) {
+    let vl = kind.value_lines();
+    let (values, scales) = unit.split_at_mut(kind.unit_blocks() * vl);
+    if kind.super_blocks() {
+        for j in 0..8 {
+            let sub = k_sub_block(kind.dtype(), b, j);
+            let at = 32 * (j % 2) + 2 * lane;
+            scales[j / 2].0[at..at + 2].copy_from_slice(&sub.s);
+            put_values(kind, &sub.u, lane, &mut values[j * vl..(j + 1) * vl]);
         }
-        PackedKind::Q5_0 | PackedKind::Q5_1 => {
-            let at = if kind == PackedKind::Q5_1 { 4 } else { 2 };
-            for (j, u) in q5_values(&b[at..at + 20]).into_iter().enumerate() {
-                block[j / 4].0[4 * lane + j % 4] = u;
-            }
-            let min = (kind == PackedKind::Q5_1).then(|| &b[2..4]);
-            (&b[0..2], min)
-        }
+        let [d, dmin] = k_super_scales(kind.dtype(), b);
+        scales[4].0[2 * lane..2 * lane + 2].copy_from_slice(&d);
+        scales[4].0[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&dmin);
+        return;
+    }
+    let u: [u8; 32] = match kind {
+        PackedKind::Q8_0 => std::array::from_fn(|j| (b[2 + j] as i8 as i32 + 128) as u8),
         PackedKind::Q4_0 | PackedKind::Q4_1 => {
             let qs = if kind == PackedKind::Q4_1 { 4 } else { 2 };
-            // ...and for Q4, GGML's byte j already holds values j (low nibble) and j + 16
-            // (high nibble): line p gets bytes 4p..4p+4, so its low nibbles are group p and its
-            // high nibbles group p + 4.
-            for p in 0..4 {
-                let src = &b[qs + 4 * p..qs + 4 * p + 4];
-                block[p].0[4 * lane..4 * lane + 4].copy_from_slice(src);
-            }
-            let min = (kind == PackedKind::Q4_1).then(|| &b[2..4]);
-            (&b[0..2], min)
+            std::array::from_fn(|j| {
+                let q = b[qs + j % 16];
+                if j < 16 { q & 0x0f } else { q >> 4 }
+            })
         }
-        PackedKind::Q4_K => {
-            // ...the same nibble order, built from the sub-block's values.
-            let (u, d, m) = q4_k_sub_block(b, sub);
-            for p in 0..4 {
-                for t in 0..4 {
-                    block[p].0[4 * lane + t] = u[4 * p + t] | (u[16 + 4 * p + t] << 4);
+        PackedKind::Q5_0 => q5_values(&b[2..22]),
+        _ => q5_values(&b[4..24]),
+    };
+    let vl = kind.value_lines();
+    put_values(kind, &u, lane, &mut values[at * vl..(at + 1) * vl]);
+    let line = &mut scales[0].0;
+    if kind.offset_factor().is_some() {
+        // One `d` per block: the unit's two blocks each take half the line.
+        line[32 * at + 2 * lane..32 * at + 2 * lane + 2].copy_from_slice(&b[0..2]);
+    } else {
+        // Q4_1 and Q5_1: `d`, then the min.
+        line[2 * lane..2 * lane + 2].copy_from_slice(&b[0..2]);
+        line[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&b[2..4]);
+    }
+}
+
+/// Writes one block's 32 values of row `lane` into its value lines (`kind`'s [`Values`]).
+fn put_values(kind: PackedKind, u: &[u8; 32], lane: usize, values: &mut [Line]) {
+    // Value j is group g = j / 4, byte t = j % 4 of row `lane`'s four bytes in its line.
+    for (j, &u) in u.iter().enumerate() {
+        let (g, at) = (j / 4, 4 * lane + j % 4);
+        match kind.values() {
+            Values::Byte => values[g].0[at] = u,
+            Values::Bits2 | Values::Bits3 => {
+                values[g / 4].0[at] |= (u & 3) << (2 * (g % 4));
+                if kind.values() == Values::Bits3 {
+                    values[2].0[at] |= (u >> 2) << g;
                 }
             }
-            block[4].0[4 * lane..4 * lane + 4].copy_from_slice(&d.to_le_bytes());
-            block[5].0[4 * lane..4 * lane + 4].copy_from_slice(&(-m).to_le_bytes());
-            return;
+            nibbles => {
+                values[g % 4].0[at] |= if g < 4 { u & 0x0f } else { (u & 0x0f) << 4 };
+                match nibbles {
+                    Values::Nib5 => values[4].0[at] |= (u >> 4) << g,
+                    Values::Nib6 => values[4 + g / 4].0[at] |= (u >> 4) << (2 * (g % 4)),
+                    _ => {}
+                }
+            }
         }
-    };
-    let scales = &mut block[lines - 1].0;
-    scales[2 * lane..2 * lane + 2].copy_from_slice(scale);
-    if let Some(m) = min {
-        scales[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(m);
     }
 }
 
@@ -272,12 +445,13 @@ mod tests {
 
     #[test]
     fn packed_rows_dequantise_like_gguf() {
-        for dtype in [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q8_0,
-            GgmlType::Q4_K,
-        ] {
+        for kind in PackedKind::ALL {
+            let dtype = GgmlType::from_id(
+                (0..64)
+                    .find(|&id| GgmlType::from_id(id).and_then(PackedKind::of) == Some(kind))
+                    .unwrap(),
+            )
+            .unwrap();
             let (rows, cols) = (21, 512); // a partial last panel
             let bytes = random_weights(dtype, rows, cols, 5);
             let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
@@ -288,9 +462,11 @@ mod tests {
                 dequantize(dtype, w.row(n), &mut want).unwrap();
                 let got = p.dequantize_row(n);
                 for (k, (g, e)) in got.iter().zip(&want).enumerate() {
-                    // Q4_0/Q8_0: d·(u − 8) vs d·u − 8d, equal up to one rounding.
+                    // Q4_0/Q8_0: d·(u − 8) vs d·u − 8d, equal up to one rounding (relative to
+                    // the block's scale where the value itself is tiny).
+                    let scale = p.value(n, k).1.abs();
                     assert!(
-                        (g - e).abs() <= 1e-6 * e.abs().max(1e-3),
+                        (g - e).abs() <= 1e-6 * e.abs().max(scale),
                         "{dtype} [{n},{k}] {g} vs {e}"
                     );
                 }
@@ -300,8 +476,28 @@ mod tests {
 
     #[test]
     fn types_without_a_packed_form_are_left_alone() {
-        let bytes = random_weights(GgmlType::Q6_K, 2, 256, 1);
-        let w = QMatrix::new(GgmlType::Q6_K, 2, 256, &bytes).unwrap();
+        let bytes = random_weights(GgmlType::F16, 2, 256, 1);
+        let w = QMatrix::new(GgmlType::F16, 2, 256, &bytes).unwrap();
         assert!(PackedMatrix::pack(&w).is_none());
+    }
+
+    /// Packed weights take about the GGUF's bytes (the last panel's padding rows aside).
+    #[test]
+    fn packed_bytes_stay_within_a_few_percent_of_the_gguf() {
+        for kind in PackedKind::ALL {
+            let dtype = kind.dtype();
+            let (rows, cols) = (64, 1536);
+            let bytes = random_weights(dtype, rows, cols, 3);
+            let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
+            let ratio = PackedMatrix::pack(&w).unwrap().bytes() as f64 / bytes.len() as f64;
+            assert!(ratio <= 1.06, "{dtype}: {ratio:.3}× the GGUF's bytes");
+        }
+    }
+
+    #[test]
+    fn kinds_round_trip_through_their_codes() {
+        for kind in PackedKind::ALL {
+            assert_eq!(PackedKind::from_code(kind.code()), kind);
+        }
     }
 }

@@ -1,48 +1,102 @@
-//! Activations quantised to 16 bits per value in blocks of 32, the right-hand side of every
-//! quantised dot product. GGML uses 8 bits here (Q8_0/Q8_1), and that rounding is almost all of
-//! llama.cpp's distance from the exact model; 16 bits keep the product within f32 rounding of
-//! exact while still using integer multiply-adds (`vpmaddwd`, `vpdpwssd`).
+//! Activations quantised in blocks of 32, the right-hand side of every quantised dot product,
+//! in one of two modes ([`ActMode`]): 16 bits a value (exact to f32 rounding; two `vpdpbusd` per
+//! four multiply-adds) or 8 bits (GGML's Q8 rounding with finer, f32 scales; one `vpdpbusd`).
+//! GGML uses 8 bits here (Q8_0/Q8_K), and that rounding is almost all of llama.cpp's distance
+//! from the exact model.
 
-/// 32 activations: value ≈ `d · qs[i]`; `s = d · Σ qs` serves weights with an offset (Q4_1).
+/// How finely activations are quantised: `--activations int16|int8`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ActMode {
+    /// 16 bits a value: products within f32 rounding of exact.
+    #[default]
+    Int16,
+    /// 8 bits a value: half the integer multiply-adds, GGML's rounding (with f32 block scales).
+    Int8,
+}
+
+impl ActMode {
+    pub const ALL: [ActMode; 2] = [ActMode::Int16, ActMode::Int8];
+
+    /// Largest quantised magnitude. Int16: 127·256 + 127, so every value splits into two signed
+    /// bytes (see [`BlockQ8Pair`]) and `−q` is representable as well; Int8: 127, whose high
+    /// byte is always 0.
+    pub const fn qmax(self) -> f32 {
+        match self {
+            Self::Int16 => 32639.0,
+            Self::Int8 => 127.0,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Int16 => "int16",
+            Self::Int8 => "int8",
+        }
+    }
+}
+
+impl std::fmt::Display for ActMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ActMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("activations must be int16 or int8, not {s:?}"))
+    }
+}
+
+/// 32 activations: value ≈ `d · qs[i]`; `s = d · Σ qs` serves weights with an offset (Q4_1),
+/// `sh` the same over each half (values 0..16, 16..32) for weights with 16-value sub-blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[repr(C, align(64))]
 pub struct BlockQ16 {
     pub qs: [i16; 32],
     pub d: f32,
     pub s: f32,
+    pub sh: [f32; 2],
 }
 
 pub const ACT_BLOCK: usize = 32;
 
-/// Largest quantised magnitude: 127·256 + 127, so every value splits into two signed bytes
-/// (see [`BlockQ8Pair`]) and `−q` is representable as well.
-const QMAX: f32 = 32639.0;
-
-/// Quantises `x` (a multiple of 32 values) into `out` (one block per 32 values). Depends on the
-/// row alone, so a sequence's activations quantise the same whatever batch it is in.
-pub fn quantize_row(x: &[f32], out: &mut [BlockQ16]) {
+/// Quantises `x` (a multiple of 32 values) into `out` (one block per 32 values) at `mode`'s
+/// precision. Depends on the row alone, so a sequence's activations quantise the same whatever
+/// batch it is in.
+pub fn quantize_row(x: &[f32], out: &mut [BlockQ16], mode: ActMode) {
     assert_eq!(
         x.len(),
         out.len() * ACT_BLOCK,
         "row length must be 32 × blocks"
     );
+    let qmax = mode.qmax();
     for (xs, block) in x.chunks_exact(ACT_BLOCK).zip(out.iter_mut()) {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / QMAX;
+        let d = amax / qmax;
         let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut sum = 0i32;
-        for (q, &v) in block.qs.iter_mut().zip(xs) {
+        let mut sums = [0i32; 2];
+        for (j, (q, &v)) in block.qs.iter_mut().zip(xs).enumerate() {
             // Ties to even, as the SIMD conversion rounds: both paths give the same blocks.
-            *q = (v * inv).round_ties_even().clamp(-QMAX, QMAX) as i16;
-            sum += i32::from(*q);
+            *q = (v * inv).round_ties_even().clamp(-qmax, qmax) as i16;
+            sums[j / 16] += i32::from(*q);
         }
         block.d = d;
-        block.s = d * sum as f32;
+        block.s = d * (sums[0] + sums[1]) as f32;
+        block.sh = sums.map(|s| d * s as f32);
     }
 }
 
 /// [`quantize_row`] and, in the same pass, the byte pairs of every block.
-pub fn quantize_row_pairs(x: &[f32], out: &mut [BlockQ16], pairs: &mut [BlockQ8Pair]) {
+pub fn quantize_row_pairs(
+    x: &[f32],
+    out: &mut [BlockQ16],
+    pairs: &mut [BlockQ8Pair],
+    mode: ActMode,
+) {
     assert_eq!(
         x.len(),
         out.len() * ACT_BLOCK,
@@ -53,11 +107,11 @@ pub fn quantize_row_pairs(x: &[f32], out: &mut [BlockQ16], pairs: &mut [BlockQ8P
     if crate::gemm::isa() == crate::gemm::Isa::Avx512 {
         for ((xs, block), pair) in x.chunks_exact(ACT_BLOCK).zip(out).zip(pairs) {
             // SAFETY: Avx512 means the CPU has AVX-512 F/BW (Isa::detect); 32 values in.
-            unsafe { quantize_block_avx512(xs, block, pair) };
+            unsafe { quantize_block_avx512(xs, block, pair, mode.qmax()) };
         }
         return;
     }
-    quantize_row(x, out);
+    quantize_row(x, out, mode);
     for (p, b) in pairs.iter_mut().zip(out.iter()) {
         *p = BlockQ8Pair::from(b);
     }
@@ -67,7 +121,7 @@ pub fn quantize_row_pairs(x: &[f32], out: &mut [BlockQ16], pairs: &mut [BlockQ8P
 /// the same products, ties to even, and an exact integer sum.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-fn quantize_block_avx512(xs: &[f32], block: &mut BlockQ16, pair: &mut BlockQ8Pair) {
+fn quantize_block_avx512(xs: &[f32], block: &mut BlockQ16, pair: &mut BlockQ8Pair, qmax: f32) {
     use std::arch::x86_64::*;
     assert_eq!(xs.len(), ACT_BLOCK);
     // SAFETY: 32 f32 readable from `xs` (asserted); the stores write 64 bytes into `qs` and 32
@@ -76,22 +130,23 @@ fn quantize_block_avx512(xs: &[f32], block: &mut BlockQ16, pair: &mut BlockQ8Pai
         let x0 = _mm512_loadu_ps(xs.as_ptr());
         let x1 = _mm512_loadu_ps(xs.as_ptr().add(16));
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-        let d = amax / QMAX;
+        let d = amax / qmax;
         let inv = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
-        let (lo_lim, hi_lim) = (_mm512_set1_ps(-QMAX), _mm512_set1_ps(QMAX));
+        let (lo_lim, hi_lim) = (_mm512_set1_ps(-qmax), _mm512_set1_ps(qmax));
         let quant = |x: __m512| {
             let v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x, inv), lo_lim), hi_lim);
             _mm512_cvtps_epi32(v) // MXCSR default: round to nearest, ties to even
         };
         let (q0, q1) = (quant(x0), quant(x1));
-        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        let sums = [_mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1)];
         _mm256_storeu_si256(block.qs.as_mut_ptr().cast(), _mm512_cvtepi32_epi16(q0));
         _mm256_storeu_si256(
             block.qs[16..].as_mut_ptr().cast(),
             _mm512_cvtepi32_epi16(q1),
         );
         block.d = d;
-        block.s = d * sum as f32;
+        block.s = d * (sums[0] + sums[1]) as f32;
+        block.sh = sums.map(|s| d * s as f32);
         let split = |q: __m512i| {
             let hi = _mm512_srai_epi32::<8>(_mm512_add_epi32(q, _mm512_set1_epi32(128)));
             let lo = _mm512_sub_epi32(q, _mm512_slli_epi32::<8>(hi));
@@ -104,12 +159,14 @@ fn quantize_block_avx512(xs: &[f32], block: &mut BlockQ16, pair: &mut BlockQ8Pai
         _mm_storeu_si128(pair.lo[16..].as_mut_ptr().cast(), l1);
         pair.d = d;
         pair.s = block.s;
+        pair.sh = block.sh;
     }
 }
 
 /// The same 32 activations split into two signed bytes each, `q = 256·hi + lo`, for the
 /// byte-wise integer products (`vpdpbusd`) of the AVX-512 kernels: two 8-bit products give the
-/// exact 16-bit one. `d` and `s` are the [`BlockQ16`]'s.
+/// exact 16-bit one (in [`ActMode::Int8`], `hi` is all zeros and the kernels skip it). `d`, `s`
+/// and `sh` are the [`BlockQ16`]'s.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[repr(C, align(8))]
 pub struct BlockQ8Pair {
@@ -117,6 +174,7 @@ pub struct BlockQ8Pair {
     pub lo: [i8; 32],
     pub d: f32,
     pub s: f32,
+    pub sh: [f32; 2],
 }
 
 impl From<&BlockQ16> for BlockQ8Pair {
@@ -124,6 +182,7 @@ impl From<&BlockQ16> for BlockQ8Pair {
         let mut out = Self {
             d: b.d,
             s: b.s,
+            sh: b.sh,
             ..Self::default()
         };
         for (i, &q) in b.qs.iter().enumerate() {
@@ -146,16 +205,18 @@ mod tests {
             .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.37)
             .collect();
         let mut b = [BlockQ16::default(); 2];
-        quantize_row(&x, &mut b);
+        quantize_row(&x, &mut b, ActMode::Int16);
         for (i, &v) in x.iter().enumerate() {
             let blk = &b[i / 32];
             let back = blk.d * blk.qs[i % 32] as f32;
             assert!((back - v).abs() <= blk.d * 0.5 + 1e-6, "{v} -> {back}");
             // Half a step is 1/65534 of the block's largest magnitude.
-            assert!((back - v).abs() <= 1.6e-5 * blk.d * QMAX);
+            assert!((back - v).abs() <= 1.6e-5 * blk.d * ActMode::Int16.qmax());
         }
         let s0: i32 = b[0].qs.iter().map(|&q| i32::from(q)).sum();
         assert_eq!(b[0].s, b[0].d * s0 as f32);
+        let h1: i32 = b[0].qs[16..].iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(b[0].sh[1], b[0].d * h1 as f32);
         assert_eq!(b[0].qs.iter().map(|q| q.unsigned_abs()).max(), Some(32639));
     }
 
@@ -167,14 +228,22 @@ mod tests {
             .chain(std::iter::repeat_n(0.0, 32))
             .collect();
         let n = x.len() / 32;
-        let mut q = vec![BlockQ16::default(); n];
-        let mut p = vec![BlockQ8Pair::default(); n];
-        quantize_row_pairs(&x, &mut q, &mut p);
-        let mut q_ref = vec![BlockQ16::default(); n];
-        quantize_row(&x, &mut q_ref);
-        assert_eq!(q, q_ref);
-        let p_ref: Vec<BlockQ8Pair> = q_ref.iter().map(BlockQ8Pair::from).collect();
-        assert_eq!(p, p_ref);
+        for mode in ActMode::ALL {
+            let mut q = vec![BlockQ16::default(); n];
+            let mut p = vec![BlockQ8Pair::default(); n];
+            quantize_row_pairs(&x, &mut q, &mut p, mode);
+            let mut q_ref = vec![BlockQ16::default(); n];
+            quantize_row(&x, &mut q_ref, mode);
+            assert_eq!(q, q_ref, "{mode}");
+            let p_ref: Vec<BlockQ8Pair> = q_ref.iter().map(BlockQ8Pair::from).collect();
+            assert_eq!(p, p_ref, "{mode}");
+            if mode == ActMode::Int8 {
+                assert!(
+                    p.iter().all(|b| b.hi == [0; 32]),
+                    "8-bit values have no high byte"
+                );
+            }
+        }
     }
 
     #[test]
@@ -189,9 +258,25 @@ mod tests {
     }
 
     #[test]
+    fn eight_bit_mode_rounds_to_within_half_of_a_coarser_step() {
+        let x: Vec<f32> = (0..64)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.37)
+            .collect();
+        let mut b = [BlockQ16::default(); 2];
+        quantize_row(&x, &mut b, ActMode::Int8);
+        for (i, &v) in x.iter().enumerate() {
+            let blk = &b[i / 32];
+            assert!((blk.d * blk.qs[i % 32] as f32 - v).abs() <= blk.d * 0.5 + 1e-6);
+        }
+        assert_eq!(b[0].qs.iter().map(|q| q.unsigned_abs()).max(), Some(127));
+        assert_eq!("int8".parse::<ActMode>(), Ok(ActMode::Int8));
+        assert!("fp8".parse::<ActMode>().is_err());
+    }
+
+    #[test]
     fn zeros_stay_zero() {
         let mut b = [BlockQ16::default(); 1];
-        quantize_row(&[0.0; 32], &mut b);
+        quantize_row(&[0.0; 32], &mut b, ActMode::Int8);
         assert_eq!(b[0], BlockQ16::default());
     }
 }

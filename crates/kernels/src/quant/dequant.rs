@@ -17,11 +17,6 @@ pub(crate) fn fifth_bits(qh: u32, j: usize) -> (u8, u8) {
     )
 }
 
-/// Whether `dequantize` handles this type.
-pub fn supports_dequantize(dtype: GgmlType) -> bool {
-    !matches!(dtype, GgmlType::Q2_K | GgmlType::Q3_K)
-}
-
 /// Dequantises `out.len()` values stored as `dtype` in `bytes`.
 pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     if dtype.bytes_for(out.len()) != Some(bytes.len()) {
@@ -52,7 +47,7 @@ pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), 
         GgmlType::Q5_K => blocks.for_each(|(b, y)| q5_k(b, y)),
         GgmlType::Q6_K => blocks.for_each(|(b, y)| q6_k(b, y)),
         GgmlType::Q8_K => blocks.for_each(|(b, y)| q8_k(b, y)),
-        GgmlType::Q2_K | GgmlType::Q3_K => return Err(QuantError::Unsupported(dtype)),
+        GgmlType::Q2_K | GgmlType::Q3_K => blocks.for_each(|(b, y)| k_sub_blocks(dtype, b, y)),
     }
     Ok(())
 }
@@ -145,18 +140,6 @@ fn k4_pair_scales(chunk: usize, scales: &[u8], d: f32, min: f32) -> ((f32, f32),
     )
 }
 
-/// Sub-block `j` (of 8) of a Q4_K block: its 32 values `u` (0..15), and the scale `d·sc` and
-/// min `dmin·m` the dequantisation applies (`u·(d·sc) − dmin·m`), computed as [`dequantize`]
-/// does.
-pub(crate) fn q4_k_sub_block(b: &[u8], j: usize) -> ([u8; 32], f32, f32) {
-    let (d, min) = (f16_at(b, 0), f16_at(b, 2));
-    let ((d1, m1), (d2, m2)) = k4_pair_scales(j / 2, &b[4..16], d, min);
-    let q = &b[16 + 32 * (j / 2)..16 + 32 * (j / 2) + 32];
-    let high = j % 2 == 1;
-    let u = std::array::from_fn(|l| if high { q[l] >> 4 } else { q[l] & 0x0f });
-    if high { (u, d2, m2) } else { (u, d1, m1) }
-}
-
 /// `{f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}`: 8 sub-blocks of 32, value = d·sc·q − dmin·m.
 fn q4_k(b: &[u8], y: &mut [f32]) {
     let (d, min) = (f16_at(b, 0), f16_at(b, 2));
@@ -209,6 +192,127 @@ fn q6_k(b: &[u8], y: &mut [f32]) {
             y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
         }
     }
+}
+
+/// A 32-value sub-block of a K-quant super-block as the packed layout keeps it: its unsigned
+/// values `u` and two scale bytes `s`, whose meaning [`k_scales`] knows (Q4_K/Q5_K: 6-bit scale
+/// and min; Q6_K/Q3_K: the signed scale of each half; Q2_K: each half's 4-bit scale and min).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct KSub {
+    pub u: [u8; 32],
+    pub s: [u8; 2],
+}
+
+/// Sub-block `j` (of 8) of K-quant block `b`.
+pub(crate) fn k_sub_block(dtype: GgmlType, b: &[u8], j: usize) -> KSub {
+    match dtype {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let five = dtype == GgmlType::Q5_K;
+            let at = if five { 48 } else { 16 } + 32 * (j / 2);
+            let q = &b[at..at + 32];
+            let u = std::array::from_fn(|l| {
+                let low = if j % 2 == 1 { q[l] >> 4 } else { q[l] & 0x0f };
+                // Q5_K: the fifth bit of sub-block j is bit j of qh[l].
+                if five {
+                    low | (((b[16 + l] >> j) & 1) << 4)
+                } else {
+                    low
+                }
+            });
+            let (sc, m) = scale_min_k4(j, &b[4..16]);
+            KSub { u, s: [sc, m] }
+        }
+        GgmlType::Q6_K => {
+            // ql[64h + l (+32)] low or high nibble, qh[32h + l] bits 2s..2s+2 (see `q6_k`).
+            let (h, s) = (j / 4, j % 4);
+            let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);
+            let u = std::array::from_fn(|l| {
+                let low = ql[l + 32 * (s % 2)];
+                let low = if s < 2 { low & 0x0f } else { low >> 4 };
+                low | (((qh[l] >> (2 * s)) & 3) << 4)
+            });
+            let sc = 192 + 8 * h + 2 * s;
+            KSub {
+                u,
+                s: [b[sc], b[sc + 1]],
+            }
+        }
+        GgmlType::Q3_K => {
+            // Low bits 2·(j % 4) of qs[32·(j / 4) + l], +4 where bit j of hmask[l] is set.
+            let q = &b[32 + 32 * (j / 4)..32 + 32 * (j / 4) + 32];
+            let shift = 2 * (j % 4);
+            let u = std::array::from_fn(|l| ((q[l] >> shift) & 3) | (((b[l] >> j) & 1) << 2));
+            let s = [0, 1].map(|h| q3_k_scale(&b[96..108], 2 * j + h) as i8 as u8);
+            KSub { u, s }
+        }
+        GgmlType::Q2_K => {
+            // Bits 2·(j % 4) of qs[32·(j / 4) + l]; per half a byte of 4-bit scale and min.
+            let q = &b[16 + 32 * (j / 4)..16 + 32 * (j / 4) + 32];
+            let shift = 2 * (j % 4);
+            KSub {
+                u: std::array::from_fn(|l| (q[l] >> shift) & 3),
+                s: [b[2 * j], b[2 * j + 1]],
+            }
+        }
+        _ => unreachable!("{dtype} is not a K-quant with sub-blocks"),
+    }
+}
+
+/// The f16 `d` and `dmin` of K-quant block `b` (`dmin` 0 where the type has none).
+pub(crate) fn k_super_scales(dtype: GgmlType, b: &[u8]) -> [[u8; 2]; 2] {
+    let at = |i: usize| [b[i], b[i + 1]];
+    match dtype {
+        GgmlType::Q4_K | GgmlType::Q5_K => [at(0), at(2)],
+        GgmlType::Q6_K => [at(208), [0; 2]],
+        GgmlType::Q3_K => [at(108), [0; 2]],
+        GgmlType::Q2_K => [at(80), at(82)],
+        _ => unreachable!("{dtype} is not a K-quant with sub-blocks"),
+    }
+}
+
+/// Per half of a sub-block, the scale `d` and offset `c` with value = `d·u + c`, from its scale
+/// bytes and the super-block's `d`, `dmin` (every product exact in f32, as GGML forms them).
+pub(crate) fn k_scales(dtype: GgmlType, s: [u8; 2], d: f32, dmin: f32) -> ([f32; 2], [f32; 2]) {
+    match dtype {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let (sc, c) = (d * f32::from(s[0]), -(dmin * f32::from(s[1])));
+            ([sc; 2], [c; 2])
+        }
+        GgmlType::Q6_K | GgmlType::Q3_K => {
+            let sc = s.map(|x| d * f32::from(x as i8));
+            let f = if dtype == GgmlType::Q6_K { -32.0 } else { -4.0 };
+            (sc, sc.map(|x| x * f))
+        }
+        GgmlType::Q2_K => (
+            s.map(|x| d * f32::from(x & 0x0f)),
+            s.map(|x| -(dmin * f32::from(x >> 4))),
+        ),
+        _ => unreachable!("{dtype} is not a K-quant with sub-blocks"),
+    }
+}
+
+/// Dequantises a K-quant super-block through its eight sub-blocks (Q2_K and Q3_K, whose values
+/// come out exactly as GGML's `d·sc·q − dmin·m` and `d·sc·(q − 4)`).
+fn k_sub_blocks(dtype: GgmlType, b: &[u8], y: &mut [f32]) {
+    let [d, dmin] = k_super_scales(dtype, b).map(|h| f16::from_le_bytes(h).to_f32());
+    for (j, y) in y.chunks_exact_mut(32).enumerate() {
+        let sub = k_sub_block(dtype, b, j);
+        let (sc, c) = k_scales(dtype, sub.s, d, dmin);
+        for (l, y) in y.iter_mut().enumerate() {
+            *y = sc[l / 16] * f32::from(sub.u[l]) + c[l / 16];
+        }
+    }
+}
+
+/// The signed 6-bit scale `i` (of 16) of a Q3_K block's packed `scales[12]`, less 32.
+fn q3_k_scale(scales: &[u8], i: usize) -> i32 {
+    let low = if i < 8 {
+        scales[i] & 0x0f
+    } else {
+        scales[i - 8] >> 4
+    };
+    let high = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+    i32::from(low | (high << 4)) - 32
 }
 
 /// `{f32 d; i8 qs[256]; i16 bsums[16]}`.
@@ -265,9 +369,54 @@ mod tests {
             Err(QuantError::SizeMismatch { .. })
         ));
         let mut y = [0f32; 256];
-        assert_eq!(
-            dequantize(GgmlType::Q2_K, &[0u8; 84], &mut y),
-            Err(QuantError::Unsupported(GgmlType::Q2_K))
-        );
+        assert!(matches!(
+            dequantize(GgmlType::Q2_K, &[0u8; 83], &mut y),
+            Err(QuantError::SizeMismatch { .. })
+        ));
+    }
+
+    /// The sub-block views the packed kernels use give the dequantised values (to one rounding:
+    /// Q6_K's d·sc·u − 32·d·sc rounds twice where d·sc·(u − 32) rounds once).
+    #[test]
+    fn sub_blocks_reproduce_the_dequantisation() {
+        let mut state = 0x2545_f491_u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let types = [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q3_K,
+        ];
+        for dtype in types.into_iter().chain([GgmlType::Q2_K]) {
+            let mut b: Vec<u8> = (0..dtype.type_size()).map(|_| next() as u8).collect();
+            let scales = match dtype {
+                GgmlType::Q6_K => vec![208],
+                GgmlType::Q3_K => vec![108],
+                GgmlType::Q2_K => vec![80, 82],
+                _ => vec![0, 2],
+            };
+            for a in scales {
+                b[a..a + 2].copy_from_slice(&f16::from_f32(0.0123).to_le_bytes());
+            }
+            let mut y = [0f32; 256];
+            dequantize(dtype, &b, &mut y).unwrap();
+            let [d, dmin] = k_super_scales(dtype, &b).map(|h| f16::from_le_bytes(h).to_f32());
+            for j in 0..8 {
+                let sub = k_sub_block(dtype, &b, j);
+                let (sc, c) = k_scales(dtype, sub.s, d, dmin);
+                for l in 0..32 {
+                    let (g, e) = (sc[l / 16] * f32::from(sub.u[l]) + c[l / 16], y[32 * j + l]);
+                    assert!(
+                        (g - e).abs() <= 1e-6 * e.abs(),
+                        "{dtype} [{j},{l}]: {g} vs {e}"
+                    );
+                }
+            }
+        }
     }
 }
