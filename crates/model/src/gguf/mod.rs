@@ -408,6 +408,29 @@ mod tests {
     }
 
     #[test]
+    fn a_truncated_or_misshapen_k_quant_tensor_is_an_error_naming_it() {
+        for dtype in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q2_K] {
+            let data = vec![0x5au8; 2 * dtype.type_size()];
+            let mut w = GgufWriter::new();
+            w.tensor_raw("blk.0.ffn_down.weight", &[256, 2], dtype, &data);
+            let bytes = w.finish();
+            for cut in bytes.len() - data.len()..bytes.len() {
+                let e = GgufFile::from_bytes(bytes[..cut].to_vec())
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    e.contains("`blk.0.ffn_down.weight`"),
+                    "{dtype} cut at {cut}: {e}"
+                );
+            }
+            let mut w = GgufWriter::new();
+            w.tensor_raw("odd", &[100], dtype, &data);
+            let e = GgufFile::from_bytes(w.finish()).unwrap_err().to_string();
+            assert!(e.contains("`odd`") && e.contains("blocks"), "{e}");
+        }
+    }
+
+    #[test]
     fn corrupt_bytes_never_panic() {
         let bytes = sample();
         // Flip each byte of the header and directory in turn; any outcome but a panic is fine.
