@@ -30,6 +30,8 @@ pub struct DemoArgs {
     /// Kernel threads [default: all cores].
     #[arg(long)]
     threads: Option<usize>,
+    #[command(flatten)]
+    activations: crate::activations::ActivationsArg,
     /// Concurrency levels, comma-separated.
     #[arg(long, default_value = "1,2,4,8")]
     concurrency: String,
@@ -157,6 +159,7 @@ impl DemoArgs {
             model_path: Some(model_path),
             log_level: Some(LogLevel::Warning),
             threads: self.threads,
+            activations: Some(self.activations.mode),
             shutdown_timeout: Some(10),
             ..ServeArgs::default()
         };

@@ -41,6 +41,8 @@ pub struct GenerateArgs {
     /// A GGUF model [default: SmolLM2-135M-Instruct Q4_1, fetched on first use].
     #[arg(long)]
     model: Option<PathBuf>,
+    #[command(flatten)]
+    activations: crate::activations::ActivationsArg,
 }
 
 /// Tokens per forward pass while prefilling (bounds the activations' memory).
@@ -60,7 +62,9 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
         return Err(anyhow!("--max-tokens must be at least 1").into());
     }
     let path = crate::model_cmd::resolve(args.model.clone())?;
-    let model = Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    let mut model =
+        Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    model.activations = args.activations.mode;
     let tokenizer = Tokenizer::from_gguf(&model.file).context("cannot build the tokenizer")?;
     let prompt = prompt_tokens(&args, &model, &tokenizer)?;
     let context = model.config.context_length;

@@ -1,5 +1,6 @@
 //! The `specula` binary: a thin CLI over the library crates, one module per subcommand.
 
+mod activations;
 mod assets;
 mod bench_cmd;
 mod demo;

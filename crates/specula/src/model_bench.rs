@@ -36,6 +36,8 @@ pub struct ModelBenchArgs {
     /// Repetitions of each measurement (the best is reported, as the noise here is one-sided).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    #[command(flatten)]
+    activations: crate::activations::ActivationsArg,
 }
 
 const BLOCK: usize = 16;
@@ -65,15 +67,19 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
         return Err(anyhow!("--pp, --tg and --batch levels must be at least 1").into());
     }
     let path = crate::model_cmd::resolve(args.model.clone())?;
-    let model = Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    let mut model =
+        Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    model.activations = args.activations.mode;
+    // The header says what was measured: the file, the threads, the kernels, the activations.
     println!(
-        "specula model bench: {} ({} threads, kernels: {:?})",
+        "specula model bench: {} ({} threads, kernels: {:?}, activations: {})",
         path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned()
         ),
         kernels::threads::count(),
-        kernels::gemm::isa()
+        kernels::gemm::isa(),
+        model.activations
     );
     prompt_processing(&model, &args)?;
     single_decode(&model, &args)?;

@@ -52,6 +52,7 @@ fn help_shows_every_default() {
         ("--speculative-ngram-max-match-window", "12"),
         ("--schedule-policy", "fcfs"),
         ("--hicache-ratio", "2.0"),
+        ("--activations", "int16"),
     ] {
         let text = section(flag);
         assert!(
@@ -107,7 +108,8 @@ fn a_flag_wins_over_the_file_and_the_file_over_the_default() {
 
 #[test]
 fn a_bad_value_fails_naming_its_flag() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
+        (&["--activations", "fp8"], "--activations"),
         (
             &["--max-running-requests", "lots"],
             "--max-running-requests",

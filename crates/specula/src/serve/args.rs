@@ -2,7 +2,9 @@
 //! kebab-case), its type, its default (shown by `--help`) and its help text.
 
 use super::layers::opt_named;
+use crate::activations::{self, ActModeParser};
 use clap::{Args, ValueEnum};
+use model::ActMode;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -50,6 +52,11 @@ pub struct ServeArgs {
     /// Kernel threads [default: all cores].
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Activation quantisation of the model and the draft model: int16 (exact to f32 rounding)
+    /// or int8 (half the integer work of prompts and batched decode, GGML-like rounding).
+    #[arg(long, value_parser = ActModeParser, default_value = ActMode::default().name())]
+    #[serde(with = "activations::opt_named")]
+    pub activations: Option<ActMode>,
     /// Seconds to finish in-flight requests after SIGTERM/SIGINT.
     #[arg(long, default_value = "30")]
     pub shutdown_timeout: Option<u64>,

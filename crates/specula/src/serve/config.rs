@@ -6,6 +6,7 @@ use super::args::LogLevel;
 use super::layers::{self, named};
 use anyhow::{Context, anyhow, bail};
 use engine::SchedulePolicy;
+use model::ActMode;
 use serde::{Deserialize, Serialize};
 use server::parsers::{ReasoningFormat, ToolFormat};
 use speculative::Algorithm;
@@ -42,6 +43,8 @@ pub struct ServeConfig {
     #[serde(with = "named")]
     pub log_level: LogLevel,
     pub threads: Option<usize>,
+    #[serde(with = "crate::activations::named")]
+    pub activations: ActMode,
     pub shutdown_timeout: u64,
     pub disable_radix_cache: bool,
     #[serde(with = "named")]
@@ -259,7 +262,7 @@ mod tests {
         assert_eq!(flags.port, Some(30000));
         assert_eq!(flags.schedule_policy, Some(SchedulePolicy::Lpm));
         assert_eq!((flags.host, flags.max_running_requests), (None, None));
-        assert_eq!(flags.log_level, None);
+        assert_eq!((flags.log_level, flags.activations), (None, None));
         assert!(!flags.disable_radix_cache);
     }
 
@@ -355,6 +358,7 @@ mod tests {
             "chunked_prefill_size",
             "log_level",
             "threads",
+            "activations",
             "shutdown_timeout",
             "disable_radix_cache",
             "schedule_policy",
@@ -366,5 +370,35 @@ mod tests {
         assert_eq!(keys, want);
         assert_eq!(info["schedule_policy"], "fcfs");
         assert_eq!(info["log_level"], "info");
+        assert_eq!(info["activations"], ActMode::default().name());
+    }
+
+    #[test]
+    fn activations_come_from_the_flag_or_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "activations = \"int8\"\n").unwrap();
+        let path = path.to_str().unwrap();
+        let cfg = command_line(&["serve", "--config", path])
+            .resolve()
+            .unwrap();
+        assert_eq!(cfg.activations, ActMode::Int8);
+        let info = serde_json::to_value(&cfg).unwrap();
+        assert_eq!(info["activations"], "int8");
+        let cfg = command_line(&["serve", "--config", path, "--activations", "int16"])
+            .resolve()
+            .unwrap();
+        assert_eq!(cfg.activations, ActMode::Int16);
+        let cfg = ServeArgs::default().resolve().unwrap();
+        assert_eq!(cfg.activations, ActMode::default());
+        std::fs::write(path, "activations = \"fp8\"\n").unwrap();
+        let e = command_line(&["serve", "--config", path])
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("c.toml") && e.contains("activations") && e.contains("int16 or int8"),
+            "{e}"
+        );
     }
 }

@@ -26,10 +26,12 @@ fn fingerprint(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(format!("{len}-{h:016x}-bs{BLOCK_SIZE}"))
 }
 
-/// The model, tokenizer and template, the draft model and the engine started on them (the
-/// engine checks its own settings and refuses bad ones with a message naming the flag).
+/// The model, tokenizer and template, the draft model (both quantising activations as
+/// `--activations` says) and the engine started on them (the engine checks its own settings and
+/// refuses bad ones with a message naming the flag).
 pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
-    let model = Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
+    let mut model = Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
+    model.activations = s.activations;
     let tokenizer = Tokenizer::from_gguf(&model.file)
         .with_context(|| format!("{}: cannot build the tokenizer", path.display()))?;
     let template = match ChatTemplate::from_gguf(&model.file, &tokenizer) {
@@ -72,7 +74,10 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
         .speculative_draft_model_path
         .as_deref()
         .map(|p| {
-            Model::load(p).with_context(|| format!("cannot load the draft model {}", p.display()))
+            let mut draft = Model::load(p)
+                .with_context(|| format!("cannot load the draft model {}", p.display()))?;
+            draft.activations = s.activations;
+            anyhow::Ok(draft)
         })
         .transpose()?;
     let eog = tokenizer.eog_ids().to_vec();
