@@ -3,7 +3,7 @@
 use crate::ModelError;
 use crate::config::ModelConfig;
 use crate::gguf::{GgmlType, GgufFile};
-use kernels::gemm::{PackedMatrix, QMatrix, isa, packs};
+use kernels::gemm::{PackedMatrix, QMatrix};
 use kernels::quant::dequantize;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -159,14 +159,10 @@ impl ModelWeights {
     /// (in parallel), releasing the mapped pages of each as soon as it is copied, so resident
     /// memory holds about one copy of the weights even while loading.
     fn pack(&mut self, file: &GgufFile) {
-        let isa = isa();
-        let mut all: Vec<&mut Linear> = self
-            .products_mut()
-            .filter(|l| packs(l.dtype, isa))
-            .collect();
+        let mut all: Vec<&mut Linear> = self.products_mut().collect();
         kernels::threads::run(|| {
             all.par_iter_mut().for_each(|l| {
-                l.packed = PackedMatrix::pack(&l.matrix(file)).map(Arc::new);
+                l.packed = PackedMatrix::for_this_cpu(&l.matrix(file)).map(Arc::new);
                 if l.packed.is_some() {
                     file.release(l.range.clone());
                 }

@@ -256,6 +256,14 @@ impl PackedMatrix {
         })
     }
 
+    /// The packed form of `w` if this CPU's kernels multiply its type packed (see
+    /// [`super::packs`]), else `None`: what a model loader calls for each weight matrix.
+    pub fn for_this_cpu(w: &QMatrix<'_>) -> Option<Self> {
+        super::packs(w.dtype, super::isa())
+            .then(|| Self::pack(w))
+            .flatten()
+    }
+
     pub fn panels(&self) -> usize {
         self.rows.div_ceil(PANEL)
     }
