@@ -18,12 +18,12 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
         && super::packs(w.dtype, isa)
     {
         // SAFETY: `isa` is what the CPU supports (Isa::detect): Avx512 means F/BW/VNNI, F16C
-        // and FMA, Avx2 AVX2, F16C and FMA; `packs` admits only the kinds each kernel handles;
-        // `Activations::set` made byte pairs on both.
+        // and FMA, Avx2 AVX2, F16C and FMA, AvxVnni those and AVX-VNNI; `packs` admits only the
+        // kinds each kernel handles; `Activations::set` made byte pairs on all of them.
         unsafe {
             match isa {
                 Isa::Avx512 => super::packed_avx512::gemm(packed, x, out, rows),
-                _ => super::packed_avx2::gemm(packed, x, out, rows),
+                _ => super::packed_avx2::gemm(packed, x, out, rows, isa == Isa::AvxVnni),
             }
         };
         return;

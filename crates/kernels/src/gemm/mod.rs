@@ -165,49 +165,76 @@ impl Activations {
 pub enum Isa {
     Portable,
     Avx2,
+    /// AVX2 with AVX-VNNI (256-bit `vpdpbusd`): most recent laptop and desktop CPUs.
+    AvxVnni,
     Avx512,
 }
 
 impl Isa {
-    /// The best this CPU supports.
-    pub fn detect() -> Self {
+    /// From the best to the least.
+    const BEST_FIRST: [Isa; 4] = [Isa::Avx512, Isa::AvxVnni, Isa::Avx2, Isa::Portable];
+
+    /// Whether this CPU runs this path's kernels (an AVX-512 CPU need not have AVX-VNNI).
+    pub fn available(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            let avx2 = is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c");
-            let avx512 = avx2
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni");
-            if avx512 {
-                return Isa::Avx512;
-            }
-            if avx2 {
-                return Isa::Avx2;
+            let avx2 = || {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            };
+            match self {
+                Isa::Portable => true,
+                Isa::Avx2 => avx2(),
+                Isa::AvxVnni => avx2() && is_x86_feature_detected!("avxvnni"),
+                Isa::Avx512 => {
+                    avx2()
+                        && is_x86_feature_detected!("avx512f")
+                        && is_x86_feature_detected!("avx512bw")
+                        && is_x86_feature_detected!("avx512vl")
+                        && is_x86_feature_detected!("avx512vnni")
+                }
             }
         }
-        Isa::Portable
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Isa::Portable
+        }
+    }
+
+    /// The best this CPU supports.
+    pub fn detect() -> Self {
+        Self::at_most(Isa::Avx512)
+    }
+
+    /// The best available path no better than `self`.
+    fn at_most(self) -> Self {
+        Self::BEST_FIRST
+            .into_iter()
+            .find(|i| *i <= self && i.available())
+            .unwrap_or(Isa::Portable)
     }
 }
 
 /// The kernels' instruction set: the best detected, or lower if `SPECULA_KERNELS` asks
-/// (`portable`, `avx2`, `avx512`; a request above what the CPU has is ignored).
+/// (`portable`, `avx2`, `avxvnni`, `avx512`; a request for a path the CPU lacks gets the best
+/// it has below that).
 pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
-        let best = Isa::detect();
         let asked = match std::env::var("SPECULA_KERNELS").as_deref() {
-            Err(_) | Ok("") | Ok("avx512") => best,
+            Err(_) | Ok("") | Ok("avx512") => Isa::Avx512,
             Ok("portable") => Isa::Portable,
             Ok("avx2") => Isa::Avx2,
+            Ok("avxvnni") => Isa::AvxVnni,
             Ok(other) => {
-                eprintln!("warning: SPECULA_KERNELS={other} is not portable, avx2 or avx512; using {best:?}");
-                best
+                eprintln!(
+                    "warning: SPECULA_KERNELS={other} is not portable, avx2, avxvnni or avx512; using the best this CPU has"
+                );
+                Isa::Avx512
             }
         };
-        asked.min(best)
+        asked.at_most()
     })
 }
 
@@ -254,8 +281,8 @@ pub fn product_path(dtype: GgmlType, isa: Isa) -> ProductPath {
 }
 
 /// Whether products with `dtype` weights run on packed panels on `isa`: the model loader packs
-/// exactly these (every packed type with AVX-512 VNNI; with AVX2 those whose values fit
-/// `vpmaddubsw`).
+/// exactly these (every packed type with AVX-512 VNNI or AVX-VNNI; with AVX2 alone those whose
+/// values fit `vpmaddubsw`).
 pub fn packs(dtype: GgmlType, isa: Isa) -> bool {
     let Some(kind) = PackedKind::of(dtype) else {
         return false;
@@ -263,7 +290,7 @@ pub fn packs(dtype: GgmlType, isa: Isa) -> bool {
     match isa {
         Isa::Avx512 => true,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => packed_avx2::handles(kind),
+        Isa::Avx2 | Isa::AvxVnni => packed_avx2::handles(kind, isa == Isa::AvxVnni),
         _ => false,
     }
 }
@@ -476,9 +503,9 @@ pub(crate) mod tests {
         let x = acts(m, cols);
         let mut a = Activations::default();
         a.set(&x, m, cols);
-        let available: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+        let available: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
             .into_iter()
-            .filter(|&i| i <= Isa::detect())
+            .filter(|&i| i.available())
             .collect();
         for dtype in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
             let bytes = random_weights(dtype, rows, cols, 11);
@@ -522,8 +549,9 @@ pub(crate) mod tests {
         {
             assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx2), Packed);
             assert_eq!(product_path(GgmlType::Q4_0, Isa::Avx2), Packed);
-            // Q8_0's bytes overflow vpmaddubsw's 16-bit pairs: row dots on AVX2.
+            // Q8_0's bytes overflow vpmaddubsw's 16-bit pairs: row dots on AVX2 alone.
             assert_eq!(product_path(GgmlType::Q8_0, Isa::Avx2), SimdRowDots);
+            assert_eq!(product_path(GgmlType::Q8_0, Isa::AvxVnni), Packed);
         }
     }
 
@@ -533,9 +561,9 @@ pub(crate) mod tests {
     /// the activations' rounding.
     #[test]
     fn packed_products_follow_the_reference_arithmetic_bitwise_in_any_batch() {
-        let paths: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+        let paths: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
             .into_iter()
-            .filter(|&i| i <= isa())
+            .filter(|&i| i <= isa() && i.available())
             .collect();
         if paths.is_empty() {
             eprintln!("no AVX2 here: the packed kernels are not used on this CPU");
