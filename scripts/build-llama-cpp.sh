@@ -18,6 +18,7 @@
 # Usage:
 #     scripts/build-llama-cpp.sh            # prints the bin folder as the last line of stdout
 #     BIN=$(scripts/build-llama-cpp.sh | tail -n1); "$BIN/llama-server" --version
+#     LLAMA_CPP_TARGETS=llama-quantize scripts/build-llama-cpp.sh    # just that tool (CI)
 #
 # Environment:
 #     SPECULA_HOME              cache root (default: $HOME/.cache/specula)
@@ -26,10 +27,14 @@
 #     BUILD_JOBS                ninja parallelism (default: 2)
 #     PYTHON                    python interpreter to use (default: python3)
 #     LLAMA_CPP_AMX             on: keep llama.cpp's AMX kernels (default off: they fault here)
+#     LLAMA_CPP_TARGETS         the targets to build, space- or comma-separated (default: all six
+#                               above); only these must exist for the build to count as done, so
+#                               a later call with more targets builds the rest into the same folder
 #
 # Build tools (cmake, ninja-build via apt-get; scikit-build-core via pip, needed by pip to read the
 # sdist's metadata with --no-build-isolation) are installed when missing. If the binaries for the
-# requested version already exist, nothing is rebuilt. A full build takes about 4 minutes on 2 cores.
+# requested version already exist, nothing is rebuilt. A full build takes about 4 minutes on 2 cores;
+# llama-quantize alone about 80 % of that (it needs ggml, libllama and the common library).
 set -euo pipefail
 
 # Pinned after a first build: llama-cpp-python 0.3.36 was the newest sdist at the time.
@@ -38,10 +43,17 @@ PYTHON="${PYTHON:-python3}"
 BUILD_JOBS="${BUILD_JOBS:-2}"
 SPECULA_HOME="${SPECULA_HOME:-$HOME/.cache/specula}"
 LLAMA_CPP_DIR="${LLAMA_CPP_DIR:-$SPECULA_HOME/peers/llama.cpp}"
-TARGETS=(llama-server llama-bench llama-batched-bench llama-tokenize llama-perplexity llama-quantize)
+ALL_TARGETS=(llama-server llama-bench llama-batched-bench llama-tokenize llama-perplexity llama-quantize)
+targets_spec="${LLAMA_CPP_TARGETS:-${ALL_TARGETS[*]}}"
+read -r -a TARGETS <<< "${targets_spec//,/ }"
 
 log() { echo "build-llama-cpp: $*" >&2; }
 die() { echo "build-llama-cpp: error: $*" >&2; exit 1; }
+
+[[ ${#TARGETS[@]} -gt 0 ]] || die "LLAMA_CPP_TARGETS names no target"
+for t in "${TARGETS[@]}"; do
+    [[ "$t" =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad target name in LLAMA_CPP_TARGETS: $t"
+done
 
 mkdir -p "$LLAMA_CPP_DIR"
 # Resolve symlinks: the sdist's vendor/llama.cpp/.git pointer file breaks ninja when the source is
@@ -136,6 +148,13 @@ if [[ "$LLAMA_CPP_AMX" != on ]]; then
         "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
 fi
 
+# Binaries of another version or AMX choice (say a partial build left others behind) must not
+# count as built later: clear them all before building for a new version line.
+if [[ ! -f "$VERSION_FILE" ]] || [[ "$(head -n1 "$VERSION_FILE")" != "$WANT_VERSION_LINE" ]]; then
+    for t in "${ALL_TARGETS[@]}" "${TARGETS[@]}"; do rm -f "$BIN_DIR/$t"; done
+    rm -f "$VERSION_FILE"
+fi
+
 log "configuring ($LLAMA_SRC)"
 cmake -S "$LLAMA_SRC" -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
@@ -154,9 +173,16 @@ for t in "${TARGETS[@]}"; do
     [[ -x "$BIN_DIR/$t" ]] || die "$t was not produced in $BIN_DIR"
 done
 
+# The version lines come from any built tool that takes --version (llama-quantize does not).
+version_tool=""
+for t in llama-server llama-bench llama-tokenize llama-perplexity llama-batched-bench; do
+    if [[ -x "$BIN_DIR/$t" ]]; then version_tool="$BIN_DIR/$t"; break; fi
+done
 {
     echo "$WANT_VERSION_LINE"
-    "$BIN_DIR/llama-server" --version 2>&1 | grep -E '^(version|built with)' || true
+    if [[ -n "$version_tool" ]]; then
+        "$version_tool" --version 2>&1 | grep -E '^(version|built with)' || true
+    fi
 } > "$VERSION_FILE"
 log "recorded $(tr '\n' ' ' < "$VERSION_FILE")"
 

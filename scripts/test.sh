@@ -3,8 +3,14 @@
 # Tests run optimised ([profile.test] opt-level 3): the end-to-end ones start the real binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The model runtime's tests run the real default model (fetched once into the cache).
+# The model runtime's tests run the real default model (fetched once into the cache), and the
+# accuracy tests also its Q4_K_M and Q4_0 requantisations (made once by llama-quantize, which
+# requantize.sh builds alone when llama.cpp is not built yet: about 80 % of the full build's
+# compile work, some 3 minutes on 2 idle cores from nothing; then a few seconds a file).
 scripts/fetch-model.sh >/dev/null
+for format in Q4_K_M Q4_0; do
+    scripts/requantize.sh "$format" >/dev/null
+done
 cargo test --workspace --release "$@"
 # The lower kernel paths, which other CPUs take, must keep batch invariance too.
 for kernels in portable avx2; do

@@ -161,6 +161,10 @@ def main() -> None:
     ap.add_argument("--text", required=True, help="the reference text file (repository-relative path)")
     ap.add_argument("--llama-version", default="", help="contents of llama.cpp's VERSION file")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--format", default="Q4_1", help="the model file's format name (Q4_1: the shipped file)")
+    ap.add_argument("--requantized-from", help="the file --model was requantised from (scripts/requantize.sh)")
+    ap.add_argument("--kept-files", help="comma-separated: the files of --out-dir that are committed "
+                                         "(meta.json lists only these; default: all)")
     args = ap.parse_args()
 
     with open(args.tokens) as f:
@@ -179,8 +183,8 @@ def main() -> None:
     ref_lp20 = np.fromfile(os.path.join(out, "numpy_top20_logprobs.bin"), dtype="<f4").reshape(n, K)
     ref_target_fixture = np.fromfile(os.path.join(out, "numpy_target_logprobs.bin"), dtype="<f8")
 
-    # --- llama.cpp, Q4_1 model (the figures) ----------------------------------------------------
-    log("llama.cpp (Q4_1) vs reference")
+    # --- llama.cpp, on the model file (the figures) ---------------------------------------------
+    log(f"llama.cpp ({args.format}) vs reference")
     fq = figures(ref_full, os.path.join(W, "llamacpp_logits.f32"), ids, args.chunk)
     cand = fq["cand"]
     at_ref = np.empty((n, K))
@@ -268,10 +272,39 @@ def main() -> None:
                 "note": "its uint16 log-prob encoding has a step of at most 16/65535 = 2.4e-4 nats",
             }
 
+    files = {
+        "tokens.json": {"format": "JSON object, key 'ids': list of n_pos token ids"},
+        "tokens.bin": {"dtype": "u32 LE", "shape": [n]},
+        "numpy_top20_ids.bin": {"dtype": "u32 LE", "shape": [n, K], "order": "best first, ties by smaller id"},
+        "numpy_top20_logprobs.bin": {"dtype": "f32 LE", "shape": [n, K]},
+        "numpy_target_logprobs.bin": {"dtype": "f64 LE", "shape": [n - 1]},
+        "llamacpp_top20_ids.bin": {"dtype": "u32 LE", "shape": [n, K]},
+        "llamacpp_top20_logprobs.bin": {"dtype": "f32 LE", "shape": [n, K]},
+        "llamacpp_target_logprobs.bin": {"dtype": "f64 LE", "shape": [n - 1]},
+        "llamacpp_logprobs_at_numpy_top20.bin": {"dtype": "f32 LE", "shape": [n, K],
+                                                 "meaning": "llama.cpp's log-probs of numpy_top20_ids"},
+    }
+    if args.kept_files:
+        keep = [f for f in args.kept_files.split(",") if f]
+        files = {f: files[f] for f in keep if f in files}
+    requant = None
+    if args.requantized_from:
+        requant = {
+            "command": f"llama-quantize --allow-requantize {os.path.basename(args.requantized_from)} "
+                       f"{os.path.basename(args.model)} {args.format}  (scripts/requantize.sh {args.format})",
+            "source_file": os.path.basename(args.requantized_from),
+            "source_sha256": sha256_file(args.requantized_from),
+            "note": "a requantisation of the shipped Q4_1 file, not a quantisation of the original weights; "
+                    "the reference and llama.cpp's figures here are computed on this file's own weights, "
+                    "so they measure each implementation's arithmetic on it",
+        }
     meta = {
-        "description": "Reference next-token distributions for SmolLM2-135M-Instruct Q4_1 over "
+        "description": f"Reference next-token distributions for SmolLM2-135M-Instruct {args.format} over "
                        "scripts/reference/reference_text.txt, from an exact float64 NumPy forward pass "
-                       "(numpy_*) and from llama.cpp (llamacpp_*). See scripts/reference/README.md.",
+                       "(numpy_*) and from llama.cpp ("
+                       + ("llamacpp_*" if not requant else "its figures below; its files are not kept")
+                       + "). See scripts/reference/README.md.",
+        **({"format": args.format} if requant else {}),
         "text_file": args.text,
         "text_sha256": sha256_file(args.text),
         "tokenization": {
@@ -280,6 +313,8 @@ def main() -> None:
             "bos_prepended": False,
             "why": "tokenizer.ggml.add_bos_token is false in the GGUF, so llama.cpp adds no BOS",
             "n_tokens": int(n),
+            **({"identical_to": "the Q4_1 fixture's tokens.bin (same tokenizer; regenerate.sh asserts it)"}
+               if requant else {}),
         },
         "model": {
             "file": os.path.basename(args.model),
@@ -288,6 +323,7 @@ def main() -> None:
             "tensor_types": info["tensor_types"],
             "tied_embeddings": info["tied_embeddings"],
             "n_vocab": int(V),
+            **({"requantised": requant} if requant else {}),
         },
         "chunking": {
             "scheme": f"independent chunks of at most {args.chunk} tokens: tokens [c*{args.chunk}, "
@@ -301,18 +337,7 @@ def main() -> None:
         },
         "n_pos": int(n),
         "k": K,
-        "files": {
-            "tokens.json": {"format": "JSON object, key 'ids': list of n_pos token ids"},
-            "tokens.bin": {"dtype": "u32 LE", "shape": [n]},
-            "numpy_top20_ids.bin": {"dtype": "u32 LE", "shape": [n, K], "order": "best first, ties by smaller id"},
-            "numpy_top20_logprobs.bin": {"dtype": "f32 LE", "shape": [n, K]},
-            "numpy_target_logprobs.bin": {"dtype": "f64 LE", "shape": [n - 1]},
-            "llamacpp_top20_ids.bin": {"dtype": "u32 LE", "shape": [n, K]},
-            "llamacpp_top20_logprobs.bin": {"dtype": "f32 LE", "shape": [n, K]},
-            "llamacpp_target_logprobs.bin": {"dtype": "f64 LE", "shape": [n - 1]},
-            "llamacpp_logprobs_at_numpy_top20.bin": {"dtype": "f32 LE", "shape": [n, K],
-                                                     "meaning": "llama.cpp's log-probs of numpy_top20_ids"},
-        },
+        "files": files,
         "reference": {
             "implementation": "scripts/reference/numpy_forward.py: float64 throughout, weights dequantised "
                               "by gguf.quants.dequantize (checked bit-exact against a float64 dequantisation)",

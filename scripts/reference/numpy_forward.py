@@ -73,7 +73,9 @@ def field_value(reader: gguf.GGUFReader, key: str, default=None):
 
 
 def exact_dequant_f64(raw: np.ndarray, qtype: QT) -> np.ndarray | None:
-    """Independent float64 dequantisation of the block formats this model uses (None: not covered)."""
+    """Independent float64 dequantisation (ggml's block layouts; None: not covered): Q4_0, Q4_1,
+    Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, i.e. the shipped Q4_1 file and its requantisations to
+    Q4_0, Q5_0, Q5_1, Q8_0, Q4_K_S/M, Q5_K_S/M and Q6_K (scripts/requantize.sh)."""
     b = np.asarray(raw).reshape(-1)
     if qtype == QT.Q4_1:  # block: f16 d, f16 m, 16 bytes of 4-bit quants; x = d*q + m
         b = b.reshape(-1, 20)
@@ -93,7 +95,67 @@ def exact_dequant_f64(raw: np.ndarray, qtype: QT) -> np.ndarray | None:
         qs = b[:, 2:]
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float64) - 8.0
         return d * q
+    if qtype in (QT.Q5_0, QT.Q5_1):  # f16 d, [f16 m], 4 bytes of high bits, 16 bytes of low nibbles
+        b = b.reshape(-1, 22 if qtype == QT.Q5_0 else 24)
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+        o = 2 if qtype == QT.Q5_0 else 4
+        qh = b[:, o:o + 4].copy().view("<u4").astype(np.int64)          # bit j: high bit of value j
+        qs = b[:, o + 4:].astype(np.int64)
+        low = np.concatenate([qs & 0x0F, qs >> 4], axis=1)               # values 0..15, 16..31
+        high = (qh >> np.arange(32)) & 1
+        q = (low | (high << 4)).astype(np.float64)
+        if qtype == QT.Q5_0:                                             # x = d*(q - 16)
+            return d * (q - 16.0)
+        m = b[:, 2:4].copy().view(np.float16).astype(np.float64)         # x = d*q + m
+        return d * q + m
+    if qtype in (QT.Q4_K, QT.Q5_K):  # super-blocks of 256: 8 sub-blocks of 32 with 6-bit scale and min
+        b = b.reshape(-1, 144 if qtype == QT.Q4_K else 176)
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+        dmin = b[:, 2:4].copy().view(np.float16).astype(np.float64)
+        sc, mn = _k_scales_mins(b[:, 4:16].astype(np.int64))            # [n, 8] each
+        if qtype == QT.Q4_K:
+            qh, ql = None, b[:, 16:144].astype(np.int64).reshape(-1, 4, 32)
+        else:
+            qh, ql = b[:, 16:48].astype(np.int64), b[:, 48:176].astype(np.int64).reshape(-1, 4, 32)
+        q = np.empty((b.shape[0], 8, 32), dtype=np.int64)
+        for g in range(4):                                               # 64 values per 32 bytes
+            q[:, 2 * g] = ql[:, g] & 0x0F
+            q[:, 2 * g + 1] = ql[:, g] >> 4
+            if qh is not None:                                           # bit 2g / 2g+1 of qh[l]
+                q[:, 2 * g] |= ((qh >> (2 * g)) & 1) << 4
+                q[:, 2 * g + 1] |= ((qh >> (2 * g + 1)) & 1) << 4
+        x = (d * sc)[:, :, None] * q - (dmin * mn)[:, :, None]          # d*sc*q - dmin*m
+        return x.reshape(b.shape[0], 256)
+    if qtype == QT.Q6_K:  # 128 bytes low nibbles, 64 bytes 2-bit highs, 16 int8 scales, f16 d
+        b = b.reshape(-1, 210)
+        ql = b[:, 0:128].astype(np.int64).reshape(-1, 2, 64)
+        qh = b[:, 128:192].astype(np.int64).reshape(-1, 2, 32)
+        sc = b[:, 192:208].copy().view(np.int8).astype(np.float64).reshape(-1, 2, 8)
+        d = b[:, 208:210].copy().view(np.float16).astype(np.float64)
+        q = np.empty((b.shape[0], 2, 4, 32), dtype=np.int64)             # [block, half, quarter, l]
+        q[:, :, 0] = (ql[:, :, 0:32] & 0x0F) | (((qh >> 0) & 3) << 4)
+        q[:, :, 1] = (ql[:, :, 32:64] & 0x0F) | (((qh >> 2) & 3) << 4)
+        q[:, :, 2] = (ql[:, :, 0:32] >> 4) | (((qh >> 4) & 3) << 4)
+        q[:, :, 3] = (ql[:, :, 32:64] >> 4) | (((qh >> 6) & 3) << 4)
+        # scale index within a half: quarter*2 + l // 16
+        s = sc.reshape(-1, 2, 4, 2)[:, :, :, :, None]                    # [block, half, quarter, l//16, 1]
+        x = d[:, :, None, None, None] * s * (q.reshape(-1, 2, 4, 2, 16) - 32).astype(np.float64)
+        return x.reshape(b.shape[0], 256)
     return None
+
+
+def _k_scales_mins(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K: the 12 packed bytes -> 8 six-bit scales and 8 six-bit mins (ggml's get_scale_min_k4)."""
+    sc = np.empty((s.shape[0], 8), dtype=np.int64)
+    mn = np.empty((s.shape[0], 8), dtype=np.int64)
+    for j in range(8):
+        if j < 4:
+            sc[:, j] = s[:, j] & 63
+            mn[:, j] = s[:, j + 4] & 63
+        else:
+            sc[:, j] = (s[:, j + 4] & 0x0F) | ((s[:, j - 4] >> 6) << 4)
+            mn[:, j] = (s[:, j + 4] >> 4) | ((s[:, j] >> 6) << 4)
+    return sc.astype(np.float64), mn.astype(np.float64)
 
 
 class Model:
@@ -155,8 +217,18 @@ class Model:
                 else:
                     ref = ref.reshape(w64.shape)
                     if not np.array_equal(ref, w64):
+                        # gguf computes in float32 (as ggml does): d*q + m (Q4_1, Q5_1) and
+                        # d*sc*q - dmin*m (Q4_K, Q5_K) can need more than float32's 24 bits.
+                        # Anything beyond that rounding is a bug in one of the two.
                         n_bad = int((ref != w64).sum())
-                        log(f"{t.name}: gguf's float32 dequantisation is inexact at {n_bad} values; using float64")
+                        # (relative to the tensor's largest value: d*sc*q - dmin*m can cancel)
+                        rel = float(np.max(np.abs(ref - w64)) / max(float(np.max(np.abs(ref))), 1e-30))
+                        if rel > 2.0 ** -20:
+                            raise SystemExit(f"numpy_forward: {t.name} ({t.tensor_type.name}): gguf's "
+                                             f"dequantisation and the float64 one differ by {rel:.3g} "
+                                             f"(relative) at {n_bad} values: not float32 rounding")
+                        log(f"{t.name}: gguf's float32 dequantisation is inexact at {n_bad} values "
+                            f"(at most {rel:.2g} of its largest value: float32 rounding); using float64")
                         w64 = ref
                     n_checked += 1
             # gguf gives shape reversed from ggml's ne: [ne1, ne0] = [out, in] for matrices

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# regenerate.sh — rebuild specula's reference fixtures in crates/model/tests/data/reference/.
+# regenerate.sh — rebuild specula's reference fixtures in crates/model/tests/data/reference/
+# (the shipped Q4_1 file) or, for another format, in crates/model/tests/data/reference/FORMAT/.
 #
 # Steps (see scripts/reference/README.md for what each file means):
-#   1. model and llama.cpp via scripts/fetch-model.sh and scripts/build-llama-cpp.sh
+#   1. model and llama.cpp via scripts/fetch-model.sh (FORMAT Q4_1) or scripts/requantize.sh
+#      FORMAT (the Q4_1 file requantised by llama-quantize), and scripts/build-llama-cpp.sh
 #   2. a Python venv with the pinned pip packages (gguf, numpy)
 #   3. tokens: llama-tokenize on reference_text.txt (no BOS: the model's add_bos_token is false)
 #   4. llama.cpp logits at every position (llamacpp_logits.c, compiled here against libllama),
@@ -12,8 +14,13 @@
 #   6. llama-perplexity in its normal mode on the same text (-c 1024), saving its logits file
 #   7. compare_llamacpp.py: llama.cpp's fixture files, the figures and meta.json
 #
+# For a FORMAT other than Q4_1 the folder keeps only what the Rust test needs: the three numpy_*
+# files and meta.json (llama.cpp's figures, the model file's SHA-256 and where it came from). The
+# tokens must equal the Q4_1 fixture's tokens.bin (same tokenizer; checked, not stored again).
+#
 # Usage (from anywhere; takes about 2-3 minutes on 2 cores, peak memory about 3.5 GiB):
-#     scripts/reference/regenerate.sh
+#     scripts/reference/regenerate.sh              # Q4_1: crates/model/tests/data/reference/
+#     scripts/reference/regenerate.sh Q4_K_M       # crates/model/tests/data/reference/Q4_K_M/
 #
 # Environment:
 #     THREADS        threads for llama.cpp and for NumPy's BLAS (default: 2)
@@ -31,7 +38,12 @@ CHUNK=1024
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 TEXT="scripts/reference/reference_text.txt"
-OUT="crates/model/tests/data/reference"
+BASE_OUT="crates/model/tests/data/reference"
+FORMAT="${1:-Q4_1}"
+FORMAT="${FORMAT^^}"
+[[ "$FORMAT" =~ ^[A-Z0-9_]+$ ]] || { echo "regenerate: error: bad format name: $FORMAT" >&2; exit 1; }
+# What a requantised format's folder keeps (the rest stays in the scratch folder).
+KEPT_FILES="numpy_top20_ids.bin numpy_top20_logprobs.bin numpy_target_logprobs.bin meta.json"
 THREADS="${THREADS:-2}"
 PYTHON="${PYTHON:-python3}"
 REF_VENV="${REF_VENV:-${TMPDIR:-/tmp}/specula-ref-venv}"
@@ -44,8 +56,19 @@ step_start=$SECONDS
 lap() { T[$1]=$((SECONDS - step_start)); log "$1 took ${T[$1]} s"; step_start=$SECONDS; }
 
 # 1. model and llama.cpp ----------------------------------------------------------------------
-MODEL="$(scripts/fetch-model.sh | tail -n1)"
+SOURCE_MODEL="$(scripts/fetch-model.sh | tail -n1)"
 BIN="$(scripts/build-llama-cpp.sh | tail -n1)"
+if [[ "$FORMAT" == Q4_1 ]]; then
+    MODEL="$SOURCE_MODEL"
+    OUT="$BASE_OUT"                 # written in place, every file committed
+    FINAL=""
+else
+    MODEL="$(scripts/requantize.sh "$FORMAT" | tail -n1)"
+    OUT="$WORK/fixture-$FORMAT"     # staged; only $KEPT_FILES go to $FINAL
+    FINAL="$BASE_OUT/$FORMAT"
+    [[ -f "$BASE_OUT/tokens.bin" ]] || { log "error: run scripts/reference/regenerate.sh (Q4_1) first"; exit 1; }
+fi
+log "format $FORMAT: $MODEL"
 LLAMA_SRC="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BIN/../CMakeCache.txt")"
 [[ -f "$LLAMA_SRC/include/llama.h" ]] || { log "error: llama.h not found under $LLAMA_SRC"; exit 1; }
 LLAMA_VERSION="$(cat "$BIN/../../VERSION" 2>/dev/null || true)"
@@ -74,13 +97,17 @@ np.asarray(ids, dtype="<u4").tofile(f"{out}/tokens.bin")
 np.asarray(ids, dtype="<i4").tofile(f"{work}/tokens.i32")
 print(f"regenerate: {len(ids)} tokens", file=sys.stderr)
 PY
+if [[ -n "$FINAL" ]] && ! cmp -s "$OUT/tokens.bin" "$BASE_OUT/tokens.bin"; then
+    log "error: $FORMAT's tokens differ from $BASE_OUT/tokens.bin (the tokenizer should be the same)"
+    exit 1
+fi
 lap tokenize
 
 # 4. llama.cpp logits -------------------------------------------------------------------------
 cc -O2 -std=c11 -Wall -I"$LLAMA_SRC/include" -I"$LLAMA_SRC/ggml/include" scripts/reference/llamacpp_logits.c \
     -L"$BIN" -Wl,-rpath,"$BIN" -lllama -lggml -lggml-base -o "$WORK/llamacpp_logits"
 "$WORK/llamacpp_logits" "$MODEL" "$WORK/tokens.i32" "$CHUNK" "$THREADS" "$WORK/llamacpp_logits.f32"
-lap llamacpp_logits_q4_1
+lap "llamacpp_logits_${FORMAT,,}"
 "$PY" scripts/reference/make_f32_gguf.py "$MODEL" "$WORK/model-f32.gguf"
 "$WORK/llamacpp_logits" "$WORK/model-f32.gguf" "$WORK/tokens.i32" "$CHUNK" "$THREADS" "$WORK/llamacpp_f32_logits.f32" exact
 rm -f "$WORK/model-f32.gguf"
@@ -103,11 +130,21 @@ lap llama_perplexity
     for k in "${!T[@]}"; do echo "\"$k\": ${T[$k]},"; done
     echo "\"threads\": $THREADS }"
 } > "$WORK/timings.json"
+requant_args=()
+if [[ -n "$FINAL" ]]; then
+    requant_args=(--format "$FORMAT" --requantized-from "$SOURCE_MODEL" --kept-files "${KEPT_FILES// /,}")
+fi
 "$PY" scripts/reference/compare_llamacpp.py --tokens "$OUT/tokens.json" --work-dir "$WORK" --out-dir "$OUT" \
-    --chunk "$CHUNK" --model "$MODEL" --text "$TEXT" --llama-version "$LLAMA_VERSION" --threads "$THREADS"
+    --chunk "$CHUNK" --model "$MODEL" --text "$TEXT" --llama-version "$LLAMA_VERSION" --threads "$THREADS" \
+    "${requant_args[@]}"
 lap compare
 log "compare took ${T[compare]} s (not in meta.json)"
 
+if [[ -n "$FINAL" ]]; then
+    mkdir -p "$FINAL"
+    for f in $KEPT_FILES; do cp "$OUT/$f" "$FINAL/$f.partial.$$" && mv -f "$FINAL/$f.partial.$$" "$FINAL/$f"; done
+    OUT="$FINAL"
+fi
 if [[ "${KEEP_WORK:-0}" != "1" ]]; then rm -rf "$WORK"; fi
 ls -l "$OUT" >&2
 log "done"
