@@ -19,7 +19,9 @@ OUT_DIR="${OUT_DIR:-target/bench-results}"
 NAME="${NAME:-llama-server}"
 mkdir -p "$OUT_DIR"
 
-model=$(scripts/fetch-model.sh | tail -n1)
+# FORMAT: the default model as shipped (Q4_1) or requantised by llama.cpp (scripts/requantize.sh).
+FORMAT="${FORMAT:-Q4_1}"
+model=$(scripts/requantize.sh "$FORMAT" | tail -n1)
 bin_dir=$(scripts/build-llama-cpp.sh | tail -n1)
 cargo build --release --quiet
 

@@ -14,9 +14,20 @@
 # scripts/requantize.sh (llama-quantize --allow-requantize); llama.cpp from
 # scripts/build-llama-cpp.sh. Run on an otherwise idle machine; compare ratios within one run.
 #
+# ISA picks the instruction sets of both sides, for CPUs without AVX-512 (on a machine that has it):
+#   native   (default) llama.cpp built -march=native, specula's best path (SPECULA_KERNELS as set)
+#   avx2     llama.cpp built for AVX2 only (LLAMA_CPP_ISA=avx2: no AVX-512, no AVX-VNNI) against
+#            specula with SPECULA_KERNELS=avx2: like for like, an AVX2-only CPU
+#   avxvnni  the same AVX2-only llama.cpp against specula with SPECULA_KERNELS=avxvnni (AVX2 +
+#            256-bit AVX-VNNI): NOT like for like, specula has an instruction the peer lacks (this
+#            llama.cpp's GGML_AVX_VNNI build would be the fair peer there); for CPUs with AVX-VNNI
+#            but no AVX-512 (recent laptop and desktop CPUs)
+# The summary's title names the comparison, and specula's path as its own runs reported it.
+#
 # Usage:
 #     scripts/bench-runtime.sh
 #     FORMATS="Q4_0 Q4_K_M" MODES=int16 REPEAT=1 scripts/bench-runtime.sh
+#     ISA=avx2 FORMATS="Q4_0 Q4_K_M" scripts/bench-runtime.sh
 #
 # Environment:
 #     FORMATS   weight formats, space-separated llama-quantize presets (default: "Q4_1 Q4_0 Q4_K_M")
@@ -24,6 +35,8 @@
 #               `specula model bench` took --activations, only MODES=int16 runs (the flag is left out)
 #     THREADS   threads for both engines (default: 2)
 #     REPEAT    repetitions of each measurement: llama-bench -r, specula --repeat (default: 3)
+#     ISA       native (default), avx2 or avxvnni, above; avx2 and avxvnni build only llama-bench
+#               and llama-batched-bench for the AVX2 peer unless LLAMA_CPP_TARGETS says otherwise
 #     (plus those of fetch-model.sh, requantize.sh and build-llama-cpp.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,11 +45,31 @@ REPEAT="${REPEAT:-3}"
 read -r -a FORMATS <<< "${FORMATS:-Q4_1 Q4_0 Q4_K_M}"
 read -r -a MODES <<< "${MODES:-int16 int8}"
 PYTHON="${PYTHON:-python3}"
+ISA="${ISA:-native}"
 
 die() { echo "bench-runtime: error: $*" >&2; exit 1; }
 [[ ${#FORMATS[@]} -gt 0 && ${#MODES[@]} -gt 0 ]] || die "FORMATS and MODES must name at least one each"
 
-bin_dir=$(scripts/build-llama-cpp.sh | tail -n1)
+case "$ISA" in
+    native)
+        peer_isa=native
+        peer_note=""
+        ;;
+    avx2|avxvnni)
+        peer_isa=avx2
+        peer_note=" (llama.cpp AVX2 build)"
+        export SPECULA_KERNELS="$ISA"
+        ;;
+    *) die "ISA must be native, avx2 or avxvnni, not: $ISA" ;;
+esac
+
+if [[ $peer_isa == native ]]; then
+    bin_dir=$(LLAMA_CPP_ISA=native scripts/build-llama-cpp.sh | tail -n1)
+else
+    bin_dir=$(LLAMA_CPP_ISA=avx2 \
+        LLAMA_CPP_TARGETS="${LLAMA_CPP_TARGETS:-llama-bench llama-batched-bench}" \
+        scripts/build-llama-cpp.sh | tail -n1)
+fi
 cargo build --release --quiet
 specula=target/release/specula
 if "$specula" model bench --help 2>/dev/null | grep -q -- '--activations'; then
@@ -64,29 +97,33 @@ PY
 }
 
 for format in "${FORMATS[@]}"; do
-    model=$(scripts/requantize.sh "$format" | tail -n1)
+    # requantize.sh builds llama-quantize from the native build whatever ISA is.
+    model=$(env -u LLAMA_CPP_ISA scripts/requantize.sh "$format" | tail -n1)
     stat -c %s "$model" > "$RESULTS/$format.gguf_bytes"
-    echo "== $format: llama-bench -t $THREADS -p 512 -n 128 -r $REPEAT"
+    echo "== $format: llama-bench -t $THREADS -p 512 -n 128 -r $REPEAT$peer_note"
     "$bin_dir/llama-bench" -m "$model" -t "$THREADS" -p 512 -n 128 -r "$REPEAT" 2>/dev/null |
         grep -E "^\|" | tee "$RESULTS/$format.llama-bench"
-    echo "== $format: llama-batched-bench -t $THREADS -npp 128 -ntg 32 -npl 1,8,32,64"
+    echo "== $format: llama-batched-bench -t $THREADS -npp 128 -ntg 32 -npl 1,8,32,64$peer_note"
     "$bin_dir/llama-batched-bench" -m "$model" -t "$THREADS" -c 16384 -b 2048 -ub 512 \
-        -npp 128 -ntg 32 -npl 1,8,32,64 2>/dev/null | grep -E "^\|" | tee "$RESULTS/$format.batched"
+        -npp 128 -ntg 32 -npl 1,8,32,64 2>"$RESULTS/$format.batched.err" | grep -E "^\|" |
+        tee "$RESULTS/$format.batched"
+    # The peer's compiled-in instruction sets (its system_info line), for the summary.
+    grep -m1 -E '^system_info:' "$RESULTS/$format.batched.err" > "$RESULTS/peer.system_info" || true
     for mode in "${MODES[@]}"; do
         act=()
         [[ $act_flag == 1 ]] && act=(--activations "$mode")
-        echo "== $format: specula model bench ${act[*]} (SPECULA_THREADS=$THREADS)"
+        echo "== $format: specula model bench ${act[*]} (SPECULA_THREADS=$THREADS${SPECULA_KERNELS:+ SPECULA_KERNELS=$SPECULA_KERNELS})"
         SPECULA_THREADS="$THREADS" peak_rss "$RESULTS/$format.$mode.rss" "$specula" model bench \
             --model "$model" "${act[@]}" --pp 512 --tg 128 --batch 1,8,32,64 --batch-prompt 128 \
             --batch-tokens 32 --repeat "$REPEAT" | tee "$RESULTS/$format.$mode.specula"
     done
 done
 
-"$PYTHON" - "$RESULTS" "$THREADS" "$REPEAT" "${#FORMATS[@]}" "${FORMATS[@]}" "${MODES[@]}" <<'PY'
+"$PYTHON" - "$RESULTS" "$THREADS" "$REPEAT" "$ISA" "${#FORMATS[@]}" "${FORMATS[@]}" "${MODES[@]}" <<'PY'
 import re, sys
 
-res, threads, repeat, nf = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-formats, modes = sys.argv[5:5 + nf], sys.argv[5 + nf:]
+res, threads, repeat, isa, nf = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+formats, modes = sys.argv[6:6 + nf], sys.argv[6 + nf:]
 
 def read(name):
     try:
@@ -138,6 +175,9 @@ def cell(peer, ours):
     return " | ".join(parts)
 
 mode_names = " | ".join(f"specula({m})" for m in modes)
+# The kernel path specula's runs reported ("kernels: Avx2" on model bench's first line).
+kernels = sorted({m[1] for f in formats for mo in modes
+                  if (m := re.search(r"kernels: (\w+)", read(f"{f}.{mo}.specula")))})
 head = ["format", "pp512", "tg128", "decode ×32", f"verify +4 ({' | '.join(modes)})",
         "specula peak RSS (GGUF)"]
 table = [head]
@@ -156,8 +196,23 @@ for f in formats:
     ])
 widths = [max(len(r[i]) for r in table) for i in range(len(head))]
 print()
-print(f"== summary: tok/s, llama.cpp → {mode_names} (ratio to llama.cpp); "
-      f"{threads} threads, best of {repeat}; decode ×32 = llama-batched-bench S_TG at 32 sequences")
+if isa == "native":
+    print(f"== summary: tok/s, llama.cpp → {mode_names} (ratio to llama.cpp); "
+          f"{threads} threads, best of {repeat}; decode ×32 = llama-batched-bench S_TG at 32 sequences")
+else:
+    want = {"avx2": "Avx2", "avxvnni": "AvxVnni"}[isa]
+    print(f"== summary: tok/s, llama.cpp (AVX2 build) → {mode_names} (SPECULA_KERNELS={isa}) "
+          f"(ratio to llama.cpp); {threads} threads, best of {repeat}; "
+          f"decode ×32 = llama-batched-bench S_TG at 32 sequences")
+    if isa == "avx2":
+        print("   like for like: both AVX2 only (FMA, F16C), no AVX-512, no AVX-VNNI")
+    else:
+        print("   NOT like for like: specula uses 256-bit AVX-VNNI, which this llama.cpp build lacks")
+    print(f"   specula's path: kernels {', '.join(kernels) or 'not reported'}"
+          + ("" if kernels == [want] else f"  <-- expected {want}: this CPU lacks it?"))
+    info = read("peer.system_info").strip()
+    if info:
+        print(f"   llama.cpp's {info}")
 for r in table:
     print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
 PY

@@ -12,13 +12,15 @@
 #     ${LLAMA_CPP_DIR:-${SPECULA_HOME:-$HOME/.cache/specula}/peers/llama.cpp}
 #         sdist/                         downloaded llama_cpp_python-VERSION.tar.gz
 #         src/llama_cpp_python-VERSION/  unpacked sdist (llama.cpp under vendor/llama.cpp)
-#         build/bin/                     the binaries
+#         build/bin/                     the binaries (native build)
 #         VERSION                        what was built (llama-cpp-python version, llama.cpp build)
+#         build-avx2/bin/, VERSION-avx2  the same for LLAMA_CPP_ISA=avx2
 #
 # Usage:
 #     scripts/build-llama-cpp.sh            # prints the bin folder as the last line of stdout
 #     BIN=$(scripts/build-llama-cpp.sh | tail -n1); "$BIN/llama-server" --version
 #     LLAMA_CPP_TARGETS=llama-quantize scripts/build-llama-cpp.sh    # just that tool (CI)
+#     LLAMA_CPP_ISA=avx2 LLAMA_CPP_TARGETS="llama-bench llama-batched-bench" scripts/build-llama-cpp.sh
 #
 # Environment:
 #     SPECULA_HOME              cache root (default: $HOME/.cache/specula)
@@ -27,6 +29,12 @@
 #     BUILD_JOBS                ninja parallelism (default: 2)
 #     PYTHON                    python interpreter to use (default: python3)
 #     LLAMA_CPP_AMX             on: keep llama.cpp's AMX kernels (default off: they fault here)
+#     LLAMA_CPP_ISA             native (default): -march=native, as above, into build/;
+#                               avx2: a peer for CPUs without AVX-512, into its own build-avx2/
+#                               (never touching the native build): GGML_NATIVE=OFF with SSE4.2,
+#                               AVX, AVX2, FMA, F16C and BMI2 on, and AVX-512 (F, VBMI, VNNI,
+#                               BF16), AVX-VNNI and AMX off; the built ggml libraries are checked
+#                               for AVX-512 (zmm) instructions with objdump
 #     LLAMA_CPP_TARGETS         the targets to build, space- or comma-separated (default: all six
 #                               above); only these must exist for the build to count as done, so
 #                               a later call with more targets builds the rest into the same folder
@@ -63,8 +71,22 @@ BUILD_DIR="$LLAMA_CPP_DIR/build"
 BIN_DIR="$BUILD_DIR/bin"
 VERSION_FILE="$LLAMA_CPP_DIR/VERSION"
 LLAMA_CPP_AMX="${LLAMA_CPP_AMX:-off}"
+LLAMA_CPP_ISA="${LLAMA_CPP_ISA:-native}"
 # The AMX choice is part of what was built: changing it rebuilds.
 WANT_VERSION_LINE="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION amx=$LLAMA_CPP_AMX"
+case "$LLAMA_CPP_ISA" in
+    native) ;;
+    avx2)
+        [[ "$LLAMA_CPP_AMX" == off ]] || die "LLAMA_CPP_AMX=$LLAMA_CPP_AMX makes no sense with LLAMA_CPP_ISA=avx2"
+        # A variant of its own: its own build folder and VERSION file, so the native build (and its
+        # VERSION line, unchanged from before this option) is never disturbed.
+        BUILD_DIR="$LLAMA_CPP_DIR/build-avx2"
+        BIN_DIR="$BUILD_DIR/bin"
+        VERSION_FILE="$LLAMA_CPP_DIR/VERSION-avx2"
+        WANT_VERSION_LINE="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION isa=avx2 amx=off"
+        ;;
+    *) die "LLAMA_CPP_ISA must be native or avx2, not: $LLAMA_CPP_ISA" ;;
+esac
 
 all_built() {
     local t
@@ -143,9 +165,25 @@ fi
 # with SIGILL on `tilezero` in a worker thread, so AMX is left out unless LLAMA_CPP_AMX=on
 # (explicit -mno-* flags win over -march=native).
 amx_off=("-DCMAKE_C_FLAGS=" "-DCMAKE_CXX_FLAGS=")
-if [[ "$LLAMA_CPP_AMX" != on ]]; then
+if [[ "$LLAMA_CPP_AMX" != on && "$LLAMA_CPP_ISA" == native ]]; then
     amx_off=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
         "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+fi
+
+# The instruction sets. Native: whatever -march=native gives (less AMX, above). avx2: ggml's own
+# per-feature options with native off (each one adds its -m flag, ggml/src/ggml-cpu/CMakeLists.txt),
+# every AVX-512 and AMX one off, and AVX-VNNI off too: an AVX2-only CPU (Haswell to Comet Lake,
+# Zen 1-3) has no AVX-VNNI. The options are all set explicitly so a reused CMakeCache cannot keep
+# another choice.
+if [[ "$LLAMA_CPP_ISA" == native ]]; then
+    isa_opts=(-DGGML_NATIVE=ON)
+else
+    isa_opts=(-DGGML_NATIVE=OFF
+        -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+        -DGGML_AVX_VNNI=OFF
+        -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
+        -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+        -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BACKEND_DL=OFF)
 fi
 
 # Binaries of another version or AMX choice (say a partial build left others behind) must not
@@ -155,10 +193,10 @@ if [[ ! -f "$VERSION_FILE" ]] || [[ "$(head -n1 "$VERSION_FILE")" != "$WANT_VERS
     rm -f "$VERSION_FILE"
 fi
 
-log "configuring ($LLAMA_SRC)"
+log "configuring ($LLAMA_SRC, isa=$LLAMA_CPP_ISA, into $BUILD_DIR)"
 cmake -S "$LLAMA_SRC" -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON \
+    "${isa_opts[@]}" \
     "${amx_off[@]}" \
     -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_OPENSSL=OFF \
@@ -172,6 +210,26 @@ log "build took $((SECONDS - start)) s"
 for t in "${TARGETS[@]}"; do
     [[ -x "$BIN_DIR/$t" ]] || die "$t was not produced in $BIN_DIR"
 done
+
+# The avx2 variant must hold no AVX-512 code: no instruction of ggml's libraries may name a zmm
+# register (AVX-512's 512-bit registers; its 128/256-bit EVEX forms may use xmm/ymm16-31 or
+# mask registers k0-k7, checked too).
+if [[ "$LLAMA_CPP_ISA" == avx2 ]]; then
+    if command -v objdump >/dev/null 2>&1; then
+        checked=0
+        for lib in "$BIN_DIR"/libggml*.so*; do
+            [[ -f "$lib" && ! -L "$lib" ]] || continue      # the versioned file, not its links
+            checked=$((checked + 1))
+            n=$(objdump -d --no-show-raw-insn "$lib" |
+                grep -cE '%zmm|%[xy]mm(1[6-9]|2[0-9]|3[01])\b|%k[0-7]' || true)
+            [[ "$n" -eq 0 ]] || die "$(basename "$lib") has $n AVX-512 instructions; the avx2 build is not AVX2-only"
+            log "$(basename "$lib"): no AVX-512 instructions"
+        done
+        [[ $checked -gt 0 ]] || die "no libggml*.so in $BIN_DIR to check for AVX-512 code"
+    else
+        log "warning: no objdump; the avx2 build's libraries were not checked for AVX-512 code"
+    fi
+fi
 
 # The version lines come from any built tool that takes --version (llama-quantize does not).
 version_tool=""

@@ -12,8 +12,9 @@ for format in Q4_K_M Q4_0; do
     scripts/requantize.sh "$format" >/dev/null
 done
 cargo test --workspace --release "$@"
-# The lower kernel paths, which other CPUs take, must keep batch invariance too.
-for kernels in portable avx2; do
+# The lower kernel paths, which other CPUs take, must keep batch invariance too (a path this
+# CPU lacks runs the best one below it).
+for kernels in portable avx2 avxvnni; do
     SPECULA_KERNELS=$kernels cargo test --workspace --release --test batch_invariance "$@"
 done
 # The official openai Python client against the real server.

@@ -18,10 +18,10 @@ use std::sync::Mutex;
 const K: usize = 20;
 /// The fixtures' chunking: independent chunks of at most 1,024 tokens from an empty context.
 const CHUNK: usize = 1024;
-/// Int8 bounds against llama.cpp's figures (looser than Int16's: the measured figures, not this
-/// test, decide which mode is the default).
-const INT8_TOP1_FRACTION: f64 = 0.99;
-const INT8_KL_FACTOR: f64 = 1.5;
+/// Int8 bounds against llama.cpp's figures: at least as good on top-1 and KL, the rule that made
+/// it the default mode (README, "Activation modes"); a change that loses that must say so.
+const INT8_TOP1_FRACTION: f64 = 1.0;
+const INT8_KL_FACTOR: f64 = 1.0;
 
 /// The tests take the CPUs one at a time (each forward already uses every core), which also
 /// keeps their printed rows together.

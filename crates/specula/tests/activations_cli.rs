@@ -1,7 +1,7 @@
 //! `--activations int16|int8` end to end with the real default model: `generate` runs greedy in
 //! int8, an unknown mode is refused in one line naming the modes, and `serve` reports int8 in
 //! `/server_info`, runs both its model and its draft model in it, and computes other numbers
-//! than the default int16.
+//! than an int16 one.
 
 use serde_json::json;
 use std::process::{Command, Output};
@@ -115,8 +115,8 @@ async fn serve_with_int8_reports_it_and_runs_the_model_and_its_draft_in_it() {
     assert_eq!(metric(&s, "spec_accepted_tokens_total").await, drafted);
     let int8 = logprobs(&s).await;
     drop(s);
-    // And the mode changes the numbers: the default server's log-probabilities are not int8's.
-    let s = Server::start(&[]);
+    // And the mode changes the numbers: an int16 server's log-probabilities are not int8's.
+    let s = Server::start(&["--activations", "int16"]);
     let info = get_json(&s, "/server_info").await;
     assert_eq!(info["config"]["activations"], "int16", "{info}");
     assert_ne!(logprobs(&s).await, int8);

@@ -24,7 +24,7 @@ async fn chat_and_completions_answer_with_usage_streamed_or_not() {
     let greedy = json!({"temperature": 0, "max_tokens": 24, "model": "smol"});
     let (status, full) = post(
         &s.url("/v1/chat/completions"),
-        chat_body("What is the capital of France?", greedy.clone()),
+        chat_body("Which city is the capital of France?", greedy.clone()),
     )
     .await;
     assert_eq!(status, 200, "{full}");
@@ -39,7 +39,7 @@ async fn chat_and_completions_answer_with_usage_streamed_or_not() {
     );
 
     // The same request streamed: the same text, a role chunk first, usage at the end.
-    let mut body = chat_body("What is the capital of France?", greedy);
+    let mut body = chat_body("Which city is the capital of France?", greedy);
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
     let r = client()
@@ -82,7 +82,7 @@ async fn chat_and_completions_answer_with_usage_streamed_or_not() {
     let (_, stopped) = post(
         &s.url("/v1/chat/completions"),
         chat_body(
-            "What is the capital of France?",
+            "Which city is the capital of France?",
             json!({"temperature": 0, "max_tokens": 24, "stop": ["Paris"]}),
         ),
     )

@@ -52,7 +52,7 @@ fn help_shows_every_default() {
         ("--speculative-ngram-max-match-window", "12"),
         ("--schedule-policy", "fcfs"),
         ("--hicache-ratio", "2.0"),
-        ("--activations", "int16"),
+        ("--activations", "int8"),
     ] {
         let text = section(flag);
         assert!(
