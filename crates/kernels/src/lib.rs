@@ -6,6 +6,7 @@ pub mod attention;
 pub mod gemm;
 pub mod ops;
 pub mod quant;
+pub mod roof;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 pub mod threads;

@@ -39,6 +39,19 @@ impl Linear {
     pub fn packed_bytes(&self) -> usize {
         self.packed.as_ref().map_or(0, |p| p.bytes())
     }
+
+    /// Bytes a product reads: the packed copy, or the GGUF blocks where there is none.
+    pub fn read_bytes(&self) -> usize {
+        self.packed.as_ref().map_or(self.range.len(), |p| p.bytes())
+    }
+}
+
+/// See [`ModelWeights::product_costs`].
+#[derive(Debug, Clone, Copy)]
+pub struct ProductCosts {
+    pub layer_macs: usize,
+    pub head_macs: usize,
+    pub read_bytes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -168,6 +181,25 @@ impl ModelWeights {
                 }
             });
         });
+    }
+
+    /// What one token costs the matrix products: multiply-adds in the layers and in the output
+    /// head, and the bytes of weights a step reads (each matrix once, whatever the batch).
+    pub fn product_costs(&self) -> ProductCosts {
+        let layers: Vec<&Linear> = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .collect();
+        ProductCosts {
+            layer_macs: layers.iter().map(|l| l.rows * l.cols).sum(),
+            head_macs: self.output.rows * self.output.cols,
+            read_bytes: layers
+                .iter()
+                .chain(std::iter::once(&&self.output))
+                .map(|l| l.read_bytes())
+                .sum(),
+        }
     }
 
     /// Bytes of the packed copies.

@@ -5,7 +5,7 @@
 use crate::Failure;
 use anyhow::{Context, anyhow};
 use clap::Args;
-use model::{LogitsFor, Model, Runner, SeqInput};
+use model::{ActMode, LogitsFor, Model, Runner, SeqInput};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -81,10 +81,12 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
         kernels::gemm::isa(),
         model.activations
     );
-    prompt_processing(&model, &args)?;
-    single_decode(&model, &args)?;
+    let roof = Roof::measure(&model);
+    println!("  {}", roof.describe());
+    prompt_processing(&model, &args, &roof)?;
+    single_decode(&model, &args, &roof)?;
     for &n in &args.batch {
-        batched_decode(&model, &args, n)?;
+        batched_decode(&model, &args, n, &roof)?;
     }
     verify_costs(&model, &args)?;
     tier_copy_cost(&model, &args)
@@ -94,8 +96,67 @@ fn blocks_for(n: usize) -> usize {
     n.div_ceil(BLOCK)
 }
 
+/// The least time a token can take by the measured roofs ([`kernels::roof`]): the products'
+/// byte multiply-adds at the machine's rate (two instructions per four in int16, and the output
+/// head always in int16), or its weight bytes at the memory's read rate.
+struct Roof {
+    roofs: kernels::roof::Roofs,
+    costs: model::weights::ProductCosts,
+    /// Byte multiply-adds a product's multiply-add takes: 2 in int16 (high and low bytes), 1 in
+    /// int8.
+    layer_factor: f64,
+}
+
+impl Roof {
+    fn measure(model: &Model) -> Self {
+        Self {
+            roofs: kernels::roof::measure(),
+            costs: model.weights.product_costs(),
+            layer_factor: match model.activations {
+                ActMode::Int16 => 2.0,
+                ActMode::Int8 => 1.0,
+            },
+        }
+    }
+
+    fn describe(&self) -> String {
+        let macs = self
+            .roofs
+            .byte_macs_per_s
+            .map_or("no packed kernels".into(), |r| {
+                format!("{:.0} G byte-MAC/s", r / 1e9)
+            });
+        format!(
+            "roofs: memory {:.1} GB/s (weights {:.1} MB a step), {macs}",
+            self.roofs.read_bytes_per_s / 1e9,
+            self.costs.read_bytes as f64 / 1e6
+        )
+    }
+
+    /// The products' least seconds for one token, `with_head` of a token's output head.
+    fn compute_secs(&self, with_head: f64) -> Option<f64> {
+        let rate = self.roofs.byte_macs_per_s?;
+        let macs = self.costs.layer_macs as f64 * self.layer_factor
+            + self.costs.head_macs as f64 * 2.0 * with_head;
+        Some(macs / rate)
+    }
+
+    /// " (N% of the compute roof)" for `tok_s` tokens a second, `with_head` as above.
+    fn of_compute(&self, tok_s: f64, with_head: f64) -> String {
+        self.compute_secs(with_head).map_or(String::new(), |s| {
+            format!("  ({:.0}% of the compute roof)", 100.0 * s * tok_s)
+        })
+    }
+
+    /// " (N% of the memory roof)": each step reads every weight once.
+    fn of_memory(&self, steps_s: f64) -> String {
+        let secs = self.costs.read_bytes as f64 / self.roofs.read_bytes_per_s;
+        format!("  ({:.0}% of the memory roof)", 100.0 * secs * steps_s)
+    }
+}
+
 /// Prompt processing: one forward over pp tokens.
-fn prompt_processing(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
+fn prompt_processing(model: &Model, args: &ModelBenchArgs, roof: &Roof) -> Result<(), Failure> {
     let prompt = tokens(args.pp, 1, model.config.vocab_size);
     let table: Vec<u32> = (0..blocks_for(args.pp) as u32).collect();
     let mut runner = Runner::new(&model.config, BLOCK, table.len());
@@ -111,12 +172,19 @@ fn prompt_processing(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure
         runner.forward(model, &[input])?;
         Ok(t.elapsed().as_secs_f64())
     })?;
-    println!("  pp{:<5} {:>9.1} tok/s", args.pp, args.pp as f64 / secs);
+    let tok_s = args.pp as f64 / secs;
+    // Only the last prompt token runs the output head.
+    let head = 1.0 / args.pp as f64;
+    println!(
+        "  pp{:<5} {tok_s:>9.1} tok/s{}",
+        args.pp,
+        roof.of_compute(tok_s, head)
+    );
     Ok(())
 }
 
 /// Single-sequence decode: tg steps of one token.
-fn single_decode(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
+fn single_decode(model: &Model, args: &ModelBenchArgs, roof: &Roof) -> Result<(), Failure> {
     let decode_tokens = tokens(args.tg + 1, 2, model.config.vocab_size);
     let table: Vec<u32> = (0..blocks_for(args.tg + 1) as u32).collect();
     let mut runner = Runner::new(&model.config, BLOCK, table.len());
@@ -134,12 +202,22 @@ fn single_decode(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
         }
         Ok(t.elapsed().as_secs_f64())
     })?;
-    println!("  tg{:<5} {:>9.1} tok/s", args.tg, args.tg as f64 / secs);
+    let tok_s = args.tg as f64 / secs;
+    println!(
+        "  tg{:<5} {tok_s:>9.1} tok/s{}",
+        args.tg,
+        roof.of_memory(tok_s)
+    );
     Ok(())
 }
 
 /// Aggregate decode: n sequences, prompts prefilled first (not timed), then batched steps.
-fn batched_decode(model: &Model, args: &ModelBenchArgs, n: usize) -> Result<(), Failure> {
+fn batched_decode(
+    model: &Model,
+    args: &ModelBenchArgs,
+    n: usize,
+    roof: &Roof,
+) -> Result<(), Failure> {
     let per_seq = blocks_for(args.batch_prompt + args.batch_tokens);
     let seqs: Vec<Vec<u32>> = (0..n)
         .map(|i| {
@@ -180,11 +258,16 @@ fn batched_decode(model: &Model, args: &ModelBenchArgs, n: usize) -> Result<(), 
         }
         Ok(t.elapsed().as_secs_f64())
     })?;
+    let tok_s = (n * args.batch_tokens) as f64 / secs;
+    // One sequence is bound by reading the weights; many, by the multiply-adds.
+    let bound = if n == 1 {
+        roof.of_memory(tok_s)
+    } else {
+        roof.of_compute(tok_s, 1.0)
+    };
     println!(
-        "  decode x{n:<3} {:>9.1} tok/s aggregate ({} tokens each after a {}-token prompt)",
-        (n * args.batch_tokens) as f64 / secs,
-        args.batch_tokens,
-        args.batch_prompt
+        "  decode x{n:<3} {tok_s:>9.1} tok/s aggregate ({} tokens each after a {}-token prompt){bound}",
+        args.batch_tokens, args.batch_prompt
     );
     Ok(())
 }
