@@ -83,6 +83,20 @@ fi
 RESULTS="$(mktemp -d "${TMPDIR:-/tmp}/specula-bench-runtime.XXXXXX")"
 trap 'rm -rf "$RESULTS"' EXIT
 
+# The AVX2 peer's compiled-in instruction sets, as its ggml-cpu library reports them
+# (ggml_cpu_has_*: compile-time answers), for the summary; it must have no AVX-512 or AVX-VNNI.
+if [[ $peer_isa == avx2 ]]; then
+    "$PYTHON" - "$bin_dir/libggml-cpu.so" > "$RESULTS/peer.features" <<'PY' ||
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+has = {n.upper(): getattr(lib, f"ggml_cpu_has_{n}")()
+       for n in ["avx", "avx2", "fma", "f16c", "avx_vnni", "avx512", "avx512_vnni", "amx_int8"]}
+print(" ".join(f"{k}={v}" for k, v in has.items()))
+sys.exit(1 if has["AVX512"] or has["AVX512_VNNI"] or has["AVX_VNNI"] or not has["AVX2"] else 0)
+PY
+        die "the AVX2 llama.cpp build is not AVX2-only: $(cat "$RESULTS/peer.features")"
+fi
+
 # Runs a command and writes its peak resident set (KiB, the child's ru_maxrss) to the file $1.
 peak_rss() {
     local out="$1"
@@ -105,10 +119,7 @@ for format in "${FORMATS[@]}"; do
         grep -E "^\|" | tee "$RESULTS/$format.llama-bench"
     echo "== $format: llama-batched-bench -t $THREADS -npp 128 -ntg 32 -npl 1,8,32,64$peer_note"
     "$bin_dir/llama-batched-bench" -m "$model" -t "$THREADS" -c 16384 -b 2048 -ub 512 \
-        -npp 128 -ntg 32 -npl 1,8,32,64 2>"$RESULTS/$format.batched.err" | grep -E "^\|" |
-        tee "$RESULTS/$format.batched"
-    # The peer's compiled-in instruction sets (its system_info line), for the summary.
-    grep -m1 -E '^system_info:' "$RESULTS/$format.batched.err" > "$RESULTS/peer.system_info" || true
+        -npp 128 -ntg 32 -npl 1,8,32,64 2>/dev/null | grep -E "^\|" | tee "$RESULTS/$format.batched"
     for mode in "${MODES[@]}"; do
         act=()
         [[ $act_flag == 1 ]] && act=(--activations "$mode")
@@ -210,9 +221,7 @@ else:
         print("   NOT like for like: specula uses 256-bit AVX-VNNI, which this llama.cpp build lacks")
     print(f"   specula's path: kernels {', '.join(kernels) or 'not reported'}"
           + ("" if kernels == [want] else f"  <-- expected {want}: this CPU lacks it?"))
-    info = read("peer.system_info").strip()
-    if info:
-        print(f"   llama.cpp's {info}")
+    print(f"   llama.cpp's ggml-cpu: {read('peer.features').strip() or 'not read'}")
 for r in table:
     print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
 PY
