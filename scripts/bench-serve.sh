@@ -22,7 +22,7 @@ cargo build --release --quiet
 
 log="$OUT_DIR/specula.server.log"
 target/release/specula serve --model-path "$model" --host 127.0.0.1 --port "$PORT" \
-    --threads "$THREADS" --served-model-name SmolLM2-135M-Instruct-Q4_1 ${SPECULA_ARGS:-} >"$log" 2>&1 &
+    --threads "$THREADS" --served-model-name "SmolLM2-135M-Instruct-$FORMAT" ${SPECULA_ARGS:-} >"$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 for _ in $(seq 1 300); do

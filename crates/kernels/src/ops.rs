@@ -46,11 +46,23 @@ pub fn rope_apply(x: &mut [f32], head_dim: usize, angles: &[(f32, f32)]) {
 
 /// `gate ← silu(gate) · up`, SwiGLU's gating.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    silu_mul_on(crate::gemm::isa(), gate, up);
+}
+
+/// [`silu_mul`] on the kernels of `isa` (which the CPU must have).
+fn silu_mul_on(isa: crate::gemm::Isa, gate: &mut [f32], up: &[f32]) {
+    use crate::gemm::Isa;
     assert_eq!(gate.len(), up.len());
     #[cfg(target_arch = "x86_64")]
-    if crate::gemm::isa() == crate::gemm::Isa::Avx512 {
-        // SAFETY: Avx512 means AVX-512 F and FMA (Isa::detect).
-        unsafe { silu_mul_avx512(gate, up) };
+    if isa >= Isa::Avx2 {
+        assert!(isa.available(), "{isa:?} kernels on a CPU without them");
+        if isa == Isa::Avx512 {
+            // SAFETY: Avx512 means AVX-512 F and FMA (Isa::available, asserted).
+            unsafe { silu_mul_avx512(gate, up) };
+        } else {
+            // SAFETY: Avx2 and above mean AVX2 and FMA (Isa::available, asserted).
+            unsafe { silu_mul_avx2(gate, up) };
+        }
         return;
     }
     for (g, &u) in gate.iter_mut().zip(up) {
@@ -58,22 +70,43 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// [`silu_mul`] 16 lanes at a time (masked tail: every element gets the same arithmetic).
+/// [`silu_vector`] with AVX-512.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
-    use std::arch::x86_64::*;
-    let one = _mm512_set1_ps(1.0);
-    for c in (0..gate.len()).step_by(16) {
-        let n = (gate.len() - c).min(16);
-        let m: __mmask16 = if n == 16 { 0xffff } else { (1 << n) - 1 };
-        // SAFETY: lanes past `n` are masked off; `up` is as long as `gate` (asserted).
+unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: the caller's contract.
+    silu_vector(unsafe { crate::simd::Avx512::new() }, gate, up);
+}
+
+/// [`silu_vector`] with AVX2.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: the caller's contract.
+    silu_vector(unsafe { crate::simd::Avx2::new() }, gate, up);
+}
+
+/// [`silu_mul`] a register at a time (masked tail: every element gets the same arithmetic).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn silu_vector<S: crate::simd::F32s>(s: S, gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    let one = s.splat(1.0);
+    for c in (0..gate.len()).step_by(S::LANES) {
+        let m = s.mask(gate.len() - c);
+        // SAFETY: lanes past the end are masked off; `up` is as long as `gate` (asserted).
         unsafe {
-            let g = _mm512_maskz_loadu_ps(m, gate.as_ptr().add(c));
-            let u = _mm512_maskz_loadu_ps(m, up.as_ptr().add(c));
-            let e = crate::simd::exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
-            let s = _mm512_div_ps(g, _mm512_add_ps(one, e));
-            _mm512_mask_storeu_ps(gate.as_mut_ptr().add(c), m, _mm512_mul_ps(s, u));
+            let g = s.load(m, gate.as_ptr().add(c));
+            let u = s.load(m, up.as_ptr().add(c));
+            let e = s.exp(s.sub(s.zero(), g));
+            let y = s.mul(s.div(g, s.add(one, e)), u);
+            s.store(gate.as_mut_ptr().add(c), m, y);
         }
     }
 }
@@ -117,6 +150,7 @@ pub fn add_assign(acc: &mut [f32], x: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gemm::Isa;
 
     #[test]
     fn rms_norm_against_f64() {
@@ -158,16 +192,28 @@ mod tests {
         for i in 0..3 {
             assert!((x[i] as f64 - e[i] / s).abs() < 1e-7);
         }
-        // 37 values: two full SIMD chunks and a masked tail.
+        // 37 values: two full 16-lane chunks (four of 8) and a masked tail.
         let g0: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 0.7).collect();
         let up: Vec<f32> = (0..37).map(|i| 1.0 + i as f32 * 0.1).collect();
-        let mut g = g0.clone();
-        silu_mul(&mut g, &up);
-        for i in 0..37 {
-            let (x, u) = (f64::from(g0[i]), f64::from(up[i]));
-            let want = x / (1.0 + (-x).exp()) * u;
-            assert!((f64::from(g[i]) - want).abs() <= 4e-7 * want.abs(), "{i}");
+        for isa in [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
+            if !isa.available() {
+                continue;
+            }
+            let mut g = g0.clone();
+            silu_mul_on(isa, &mut g, &up);
+            for i in 0..37 {
+                let (x, u) = (f64::from(g0[i]), f64::from(up[i]));
+                let want = x / (1.0 + (-x).exp()) * u;
+                assert!(
+                    (f64::from(g[i]) - want).abs() <= 4e-7 * want.abs(),
+                    "{isa:?} {i}"
+                );
+            }
+            assert_eq!(g[18], 0.0);
+            // Far below zero silu is −0 (e^−x overflows), and nothing is NaN.
+            let mut g = vec![-100.0, -1e30, 100.0];
+            silu_mul_on(isa, &mut g, &[1.0; 3]);
+            assert_eq!(g, [-0.0, -0.0, 100.0], "{isa:?}");
         }
-        assert_eq!(g[18], 0.0);
     }
 }

@@ -1,9 +1,10 @@
 //! Attention of one query token over a sequence's keys and values in paged KV blocks.
 //!
 //! Keys are stored transposed within each block (`[kv head][dim][slot]`), so a query's scores
-//! against a block's keys are 16-lane multiply-adds with no horizontal sums; values stay row-major
-//! (`[slot][kv head][dim]`), the layout the weighted sum reads. Each query row is computed alone,
-//! in an order fixed by its context length, so attention is batch-invariant.
+//! against a block's keys are 16-lane (AVX-512) or 8-lane (AVX2) multiply-adds with no horizontal
+//! sums; values stay row-major (`[slot][kv head][dim]`), the layout the weighted sum reads. Each
+//! query row is computed alone, in an order fixed by its context length, so attention is
+//! batch-invariant (on each kernel path; the paths differ from each other in rounding).
 //!
 //! A query of a draft tree sees the sequence up to the tree's root and then only its own
 //! ancestors, wherever their slots are ([`Context`]): the scores, softmax and weighted sum run
@@ -11,7 +12,7 @@
 //! consecutive slots, so a tree node's result is bitwise that of decoding its path.
 
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+mod vector;
 
 use crate::gemm::{Isa, isa};
 
@@ -130,10 +131,40 @@ pub fn paged_attention(
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
+    paged_attention_on(
+        isa(),
+        q,
+        keys,
+        values,
+        shape,
+        blocks,
+        ctx,
+        scale,
+        out,
+        scores,
+    );
+}
+
+/// [`paged_attention`] on the kernels of `isa` (which the CPU must have).
+#[allow(clippy::too_many_arguments)]
+fn paged_attention_on(
+    isa: Isa,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    shape: KvShape,
+    blocks: &[u32],
+    ctx: Context<'_>,
+    scale: f32,
+    out: &mut [f32],
+    scores: &mut Vec<f32>,
+) {
     assert_eq!(q.len(), out.len());
     let width = q.len() / shape.n_kv_heads;
     for (kvh, (q, out)) in q.chunks(width).zip(out.chunks_mut(width)).enumerate() {
-        paged_attention_group(q, keys, values, shape, blocks, ctx, kvh, scale, out, scores);
+        group_on(
+            isa, q, keys, values, shape, blocks, ctx, kvh, scale, out, scores,
+        );
     }
 }
 
@@ -152,15 +183,59 @@ pub fn paged_attention_group(
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
+    group_on(
+        isa(),
+        q,
+        keys,
+        values,
+        shape,
+        blocks,
+        ctx,
+        kvh,
+        scale,
+        out,
+        scores,
+    );
+}
+
+/// [`paged_attention_group`] on the kernels of `isa` (which the CPU must have): AVX-512 for
+/// head sizes that are multiples of 16, AVX2 (with AVX-VNNI too) for multiples of 8, else the
+/// portable loops.
+#[allow(clippy::too_many_arguments)]
+fn group_on(
+    isa: Isa,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    shape: KvShape,
+    blocks: &[u32],
+    ctx: Context<'_>,
+    kvh: usize,
+    scale: f32,
+    out: &mut [f32],
+    scores: &mut Vec<f32>,
+) {
     assert!(
         !ctx.is_empty() && ctx.slot_end() <= blocks.len() * shape.block_size,
         "context beyond the blocks"
     );
     assert_eq!(q.len(), out.len());
     #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx512 && shape.head_dim.is_multiple_of(16) {
-        // SAFETY: Avx512 means the CPU has AVX-512 F and FMA (Isa::detect).
-        unsafe { avx512::attention(q, keys, values, shape, blocks, ctx, kvh, scale, out, scores) };
+    if isa == Isa::Avx512 && shape.head_dim.is_multiple_of(16) {
+        assert!(isa.available(), "{isa:?} kernels on a CPU without them");
+        // SAFETY: Avx512 means the CPU has AVX-512 F and FMA (Isa::available, asserted).
+        unsafe {
+            vector::attention_avx512(q, keys, values, shape, blocks, ctx, kvh, scale, out, scores)
+        };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 && shape.head_dim.is_multiple_of(8) {
+        assert!(isa.available(), "{isa:?} kernels on a CPU without them");
+        // SAFETY: Avx2 and above mean the CPU has AVX2 and FMA (Isa::available, asserted).
+        unsafe {
+            vector::attention_avx2(q, keys, values, shape, blocks, ctx, kvh, scale, out, scores)
+        };
         return;
     }
     let n_ctx = ctx.len();
@@ -187,6 +262,14 @@ pub fn paged_attention_group(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kernel path this CPU has.
+    fn paths() -> Vec<Isa> {
+        [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
+            .into_iter()
+            .filter(|i| i.available())
+            .collect()
+    }
 
     /// Attention in f64 over contiguous rows.
     fn reference(
@@ -224,6 +307,12 @@ mod tests {
     }
 
     fn check(shape: KvShape, n_heads: usize, n_ctx: usize, blocks: &[u32]) {
+        for isa in paths() {
+            check_on(isa, shape, n_heads, n_ctx, blocks);
+        }
+    }
+
+    fn check_on(isa: Isa, shape: KvShape, n_heads: usize, n_ctx: usize, blocks: &[u32]) {
         let d = shape.head_dim;
         let kvd = shape.token_stride();
         let wave = |t: usize, i: usize, f: f32| ((t * 31 + i * 7) as f32 * f).sin();
@@ -251,7 +340,8 @@ mod tests {
         let q: Vec<f32> = (0..n_heads * d).map(|i| wave(99, i, 0.23)).collect();
         let mut out = vec![0.0; q.len()];
         let scale = 1.0 / (d as f32).sqrt();
-        paged_attention(
+        paged_attention_on(
+            isa,
             &q,
             &keys,
             &values,
@@ -266,7 +356,7 @@ mod tests {
         for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
             assert!(
                 (g as f64 - w).abs() < 2e-6,
-                "[{i}] {g} vs {w} (n_ctx {n_ctx})"
+                "[{i}] {g} vs {w} ({isa:?}, n_ctx {n_ctx})"
             );
         }
     }
@@ -298,12 +388,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn other_head_sizes_and_groups() {
+        // Head sizes that fill no whole pass of value registers (48), or are a multiple of 8 but
+        // not of 16 (40: AVX2 on an AVX-512 CPU); 5 query heads a KV head (a group of 4, then 1).
+        for (head_dim, n_kv_heads, n_heads) in [(48, 2, 10), (40, 1, 5), (16, 2, 4), (6, 1, 3)] {
+            let shape = KvShape {
+                block_size: 24,
+                n_kv_heads,
+                head_dim,
+            };
+            for n_ctx in [1usize, 9, 24, 41] {
+                let blocks: Vec<u32> = (0..n_ctx.div_ceil(24) as u32).rev().collect();
+                check(shape, n_heads, n_ctx, &blocks);
+            }
+        }
+    }
+
     /// A draft-tree query over its ancestors in scattered slots gives bitwise the result of the
     /// same keys and values in consecutive slots (what decoding the path would see).
     #[test]
     fn tree_tail_is_bitwise_the_consecutive_context() {
+        for isa in paths() {
+            for block_size in [16, 24] {
+                tree_tail_on(isa, block_size);
+            }
+        }
+    }
+
+    fn tree_tail_on(isa: Isa, block_size: usize) {
         let shape = KvShape {
-            block_size: 16,
+            block_size,
             n_kv_heads: 3,
             head_dim: 64,
         };
@@ -350,7 +465,8 @@ mod tests {
             }
             let run = |k: &[f32], v: &[f32], ctx: Context<'_>| {
                 let mut out = vec![0.0f32; q.len()];
-                paged_attention(
+                paged_attention_on(
+                    isa,
                     &q,
                     k,
                     v,
@@ -375,7 +491,7 @@ mod tests {
             assert_eq!(
                 got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                 want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                "direct {direct}, tail {tail_at:?}"
+                "{isa:?}, blocks of {block_size}: direct {direct}, tail {tail_at:?}"
             );
         }
     }

@@ -1,6 +1,6 @@
-//! The GEMM driver (packed panels where the ISA has a kernel for the type, else row dots from
-//! GGUF blocks) and
-//! the scalar block dot products, the reference for the SIMD paths.
+//! The GEMM driver (packed panels where the ISA has kernels, that is AVX2 and up; else scalar
+//! row dots from GGUF blocks, or dequantised rows for the types without an integer product) and
+//! those scalar block dot products.
 
 use super::{Activations, Isa, OutPtr, QMatrix};
 use crate::quant::{BlockQ16, GgmlType, dequantize, f16_at, fifth_bits};
@@ -28,6 +28,8 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
         };
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa;
     if !integer_product(w.dtype) {
         // No integer product for this type: dequantise each weight row once, then f32 dots with
         // every batch row.
@@ -48,7 +50,7 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
         let end = (start + ROW_TILE).min(rows.end);
         for m in 0..x.m {
             for n in start..end {
-                let v = row_dot(isa, w, n, x, m);
+                let v = row_dot(w, n, x, m);
                 // SAFETY: column n belongs to this call's rows.
                 unsafe { out.write(m * n_total + n, v) };
             }
@@ -66,21 +68,8 @@ pub(super) fn integer_product(dtype: GgmlType) -> bool {
 }
 
 /// One output element of an integer-product type: weight row `n` · activation row `m`.
-fn row_dot(isa: Isa, w: &QMatrix<'_>, n: usize, x: &Activations, m: usize) -> f32 {
+fn row_dot(w: &QMatrix<'_>, n: usize, x: &Activations, m: usize) -> f32 {
     let row = w.row(n);
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Portable && super::x86::handles(w.dtype) {
-        // SAFETY: `isa()` reports only what the CPU supports, and the row holds one block per
-        // activation block (QMatrix::new checked the sizes).
-        return unsafe {
-            match isa {
-                Isa::Avx512 => super::x86::row_dot_avx512(w.dtype, row, x.row_q16(m)),
-                _ => super::x86::row_dot_avx2(w.dtype, row, x.row_q16(m)),
-            }
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = isa;
     let size = w.dtype.type_size();
     let blocks = row.chunks_exact(size).zip(x.row_q16(m));
     match w.dtype {

@@ -11,8 +11,6 @@ mod packed;
 mod packed_avx2;
 #[cfg(target_arch = "x86_64")]
 mod packed_avx512;
-#[cfg(target_arch = "x86_64")]
-mod x86;
 
 pub use packed::{PANEL, PackedKind, PackedMatrix};
 
@@ -245,8 +243,6 @@ pub enum ProductPath {
     /// Repacked at load into 16-row panels, integer SIMD over them (`vpdpbusd` with AVX-512
     /// VNNI, `vpmaddubsw` with AVX2).
     Packed,
-    /// SIMD integer row dots straight from the GGUF blocks.
-    SimdRowDots,
     /// Scalar integer row dots from the GGUF blocks.
     ScalarRowDots,
     /// Each weight row dequantised to f32, then f32 dots (the slow path).
@@ -257,7 +253,6 @@ impl std::fmt::Display for ProductPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Packed => "repacked into 16-row panels (integer SIMD)",
-            Self::SimdRowDots => "SIMD integer row dots from GGUF blocks",
             Self::ScalarRowDots => "scalar integer row dots from GGUF blocks",
             Self::Dequantised => "dequantised to f32 row by row (slow)",
         })
@@ -273,26 +268,13 @@ pub fn product_path(dtype: GgmlType, isa: Isa) -> ProductPath {
     if !driver::integer_product(dtype) {
         return ProductPath::Dequantised;
     }
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Portable && x86::handles(dtype) {
-        return ProductPath::SimdRowDots;
-    }
     ProductPath::ScalarRowDots
 }
 
 /// Whether products with `dtype` weights run on packed panels on `isa`: the model loader packs
-/// exactly these (every packed type with AVX-512 VNNI or AVX-VNNI; with AVX2 alone those whose
-/// values fit `vpmaddubsw`).
+/// exactly these (every type with a packed form, wherever there is AVX2).
 pub fn packs(dtype: GgmlType, isa: Isa) -> bool {
-    let Some(kind) = PackedKind::of(dtype) else {
-        return false;
-    };
-    match isa {
-        Isa::Avx512 => true,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => packed_avx2::handles(kind, isa == Isa::AvxVnni),
-        _ => false,
-    }
+    PackedKind::of(dtype).is_some() && isa >= Isa::Avx2
 }
 
 /// Below this many multiply-adds a product runs on the calling thread alone.
@@ -498,37 +480,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn simd_paths_agree_with_the_portable_one_and_are_batch_invariant() {
-        let (rows, cols, m) = (6, 96, 5); // 3 blocks a row: exercises the odd-block tail
-        let x = acts(m, cols);
-        let mut a = Activations::default();
-        a.set(&x, m, cols);
-        let available: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512]
-            .into_iter()
-            .filter(|&i| i.available())
-            .collect();
-        for dtype in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-            let bytes = random_weights(dtype, rows, cols, 11);
-            let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
-            let reference = gemm_with(Isa::Portable, &w, &a);
-            for &isa in &available {
-                let got = gemm_with(isa, &w, &a);
-                for (g, r) in got.iter().zip(&reference) {
-                    assert!(
-                        (g - r).abs() <= 1e-5 * r.abs().max(1.0),
-                        "{isa:?} {dtype}: {g} vs {r}"
-                    );
-                }
-                let mut one = Activations::default();
-                one.set(&x[cols..2 * cols], 1, cols);
-                let single = gemm_with(isa, &w, &one);
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&single), bits(&got[rows..2 * rows]), "{isa:?} {dtype}");
-            }
-        }
-    }
-
-    #[test]
     fn each_weight_type_reports_the_path_its_products_take() {
         use ProductPath::*;
         for t in [
@@ -549,8 +500,7 @@ pub(crate) mod tests {
         {
             assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx2), Packed);
             assert_eq!(product_path(GgmlType::Q4_0, Isa::Avx2), Packed);
-            // Q8_0's bytes overflow vpmaddubsw's 16-bit pairs: row dots on AVX2 alone.
-            assert_eq!(product_path(GgmlType::Q8_0, Isa::Avx2), SimdRowDots);
+            assert_eq!(product_path(GgmlType::Q8_0, Isa::Avx2), Packed);
             assert_eq!(product_path(GgmlType::Q8_0, Isa::AvxVnni), Packed);
         }
     }
@@ -598,6 +548,47 @@ pub(crate) mod tests {
                     for &path in paths.iter().filter(|&&i| packs(dtype, i)) {
                         let out = gemm_with(path, &w, &a);
                         check_packed(&packed, &raw, &a, &x, &out, &format!("{path:?} {mode}"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The largest values times the largest activations of either sign, in every lane and group
+    /// at once, are the sums that would overflow a kernel's narrower partial sums: every path
+    /// still gives the reference arithmetic.
+    #[test]
+    fn extreme_values_and_activations_do_not_overflow_the_kernels() {
+        let (rows, cols) = (16, 512);
+        for kind in PackedKind::ALL {
+            let dtype = (0..64)
+                .filter_map(GgmlType::from_id)
+                .find(|&t| PackedKind::of(t) == Some(kind))
+                .unwrap();
+            let bytes = random_weights(dtype, rows, cols, 5);
+            let raw = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
+            let mut packed = PackedMatrix::pack(&raw).unwrap();
+            packed.saturate_values();
+            let w = raw.with_packed(&packed);
+            for (mode, sign) in ActMode::ALL.into_iter().flat_map(|m| [(m, 1.0), (m, -1.0)]) {
+                let x = vec![sign; cols];
+                let mut a = Activations {
+                    mode,
+                    ..Activations::default()
+                };
+                a.set(&x, 1, cols);
+                for path in [Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
+                    if path > isa() || !path.available() || !packs(dtype, path) {
+                        continue;
+                    }
+                    let out = gemm_with(path, &w, &a);
+                    for (n, got) in out.iter().enumerate() {
+                        let want = packed.reference_dot(n, a.row_pairs(0));
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{kind:?} {path:?} {mode} {sign}"
+                        );
                     }
                 }
             }

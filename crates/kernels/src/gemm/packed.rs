@@ -66,6 +66,27 @@ pub(super) enum Values {
     Byte,
 }
 
+impl Values {
+    /// The largest value.
+    pub(super) const fn max(self) -> u32 {
+        match self {
+            Self::Bits2 => 3,
+            Self::Bits3 => 7,
+            Self::Nib4 => 15,
+            Self::Nib5 => 31,
+            Self::Nib6 => 63,
+            Self::Byte => 255,
+        }
+    }
+
+    /// How many groups' `vpmaddubsw` results (each lane the sum of two value·byte products, at
+    /// most 2·max·128 in size) can be added in 16 bits without overflow: 8 for 4-bit values, 4 for
+    /// 5-bit ones, 2 for 6-bit ones; 0 for bytes, whose single products can already overflow.
+    pub(super) const fn groups_in_i16(self) -> usize {
+        i16::MAX as usize / (2 * 128 * self.max() as usize)
+    }
+}
+
 impl PackedKind {
     pub(super) const ALL: [PackedKind; 10] = [
         Self::Q4_0,
@@ -281,6 +302,20 @@ impl PackedMatrix {
 
     pub fn bytes(&self) -> usize {
         self.data.len() * 64
+    }
+
+    /// Sets every packed value to its type's largest (all value bits on), for overflow tests.
+    #[cfg(test)]
+    pub(super) fn saturate_values(&mut self) {
+        let per = self.blocks.div_ceil(self.kind.unit_blocks()) * self.kind.unit_lines();
+        for panel in self.data.chunks_exact_mut(per) {
+            for i in 0..self.blocks {
+                let at = self.kind.value_at(i);
+                for line in &mut panel[at..at + self.kind.value_lines()] {
+                    line.0 = [0xff; 64];
+                }
+            }
+        }
     }
 
     /// Row `n`'s unsigned value `k`, and the scale and offset of its (half) block (the scalar

@@ -2,8 +2,9 @@
 //! CPUs without AVX-512: each 16-row panel is taken as two halves of 8 rows (the low and high 32
 //! bytes of every line), a tile of up to [`MAX_ROWS`] activation rows at a time. Two builds of
 //! the same kernel: with AVX-VNNI the byte products are `vpdpbusd` (every packed type); with AVX2
-//! alone, `vpmaddubsw` then `vpmaddwd`, exact where a pair of products fits 16 bits: packed values
-//! of at most 63 ([`handles`]; Q8_0's bytes keep the row dots there).
+//! alone, `vpmaddubsw` pairs summed in 16 bits over as many groups as cannot overflow, then one
+//! `vpmaddwd` (exact for values of at most 63; Q8_0's bytes are taken as two nibbles, the high
+//! one's sum weighted 16).
 //!
 //! The integer sums are exact and each lane's float steps are [`PackedMatrix::reference_dot`]'s,
 //! so results are bitwise those of the AVX-512 kernels, whatever the batch.
@@ -17,16 +18,12 @@ use std::ops::Range;
 /// Activation rows per tile: three accumulators each fit the 16 registers with four rows.
 pub(super) const MAX_ROWS: usize = 4;
 
-/// Whether this kernel multiplies `kind`: with AVX-VNNI every kind; with AVX2 alone,
-/// `vpmaddubsw` sums two u8·i8 products in an i16, so values must stay below 128 (2·63·128 < 2¹⁵).
-pub(super) fn handles(kind: PackedKind, vnni: bool) -> bool {
-    vnni || kind.values() != Values::Byte
-}
-
 /// The kernel body, built once per instruction set: `$base` and `$full` are the target features
-/// of the helpers and of the float-handling functions, `$dot4` the byte product.
+/// of the helpers and of the float-handling functions, `$dot4` the byte product, and `$pairs16`
+/// whether products are `vpmaddubsw` pairs summed in 16 bits over several groups (as many as
+/// [`Values::groups_in_i16`] allows) before one `vpmaddwd` widens them: AVX2 alone.
 macro_rules! kernel {
-    ($base:literal, $full:literal, $dot4:path) => {
+    ($base:literal, $full:literal, $dot4:path, $pairs16:expr) => {
         /// Four activation bytes (`group` of a block) broadcast to every lane.
         #[inline]
         #[target_feature(enable = $base)]
@@ -45,6 +42,42 @@ macro_rules! kernel {
         #[target_feature(enable = $full)]
         fn dot4(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
             $dot4(acc, w, x)
+        }
+
+        /// Adds group `x`'s products with `w` to row sums: with `$pairs16`, as pairs into the 16-bit
+        /// `part` (widened into `sum` by [`widen`]), bytes (`byte`) as their two nibbles, the high
+        /// one's pairs in `part[1]`; else as whole dot products into `sum`.
+        #[inline]
+        #[target_feature(enable = $full)]
+        fn product(sum: &mut __m256i, part: &mut [__m256i; 2], w: __m256i, x: __m256i, byte: bool) {
+            if !$pairs16 {
+                *sum = dot4(*sum, w, x);
+            } else if byte {
+                let nib = _mm256_set1_epi8(0x0f);
+                let (low, high) = (
+                    _mm256_and_si256(w, nib),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(w), nib),
+                );
+                part[0] = _mm256_add_epi16(part[0], _mm256_maddubs_epi16(low, x));
+                part[1] = _mm256_add_epi16(part[1], _mm256_maddubs_epi16(high, x));
+            } else {
+                part[0] = _mm256_add_epi16(part[0], _mm256_maddubs_epi16(w, x));
+            }
+        }
+
+        /// Moves the 16-bit pair sums `part` into `sum` (with `$pairs16`; else nothing is there),
+        /// the high nibbles' (`byte`) times 16.
+        #[inline]
+        #[target_feature(enable = $full)]
+        fn widen(sum: &mut __m256i, part: &mut [__m256i; 2], byte: bool) {
+            if $pairs16 {
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(part[0], _mm256_set1_epi16(1)));
+                if byte {
+                    let high = _mm256_madd_epi16(part[1], _mm256_set1_epi16(16));
+                    *sum = _mm256_add_epi32(*sum, high);
+                }
+                *part = [_mm256_setzero_si256(); 2];
+            }
         }
 
         /// Group `g`'s unsigned values (four of each of the 8 rows) from the value lines of a block,
@@ -211,15 +244,35 @@ macro_rules! kernel {
                 for h in 0..halves {
                     let mut hi = [_mm256_setzero_si256(); MR];
                     let mut lo = [_mm256_setzero_si256(); MR];
+                    let mut hi16 = [[_mm256_setzero_si256(); 2]; MR];
+                    let mut lo16 = hi16;
+                    // Bytes go through the 16-bit sums as two nibbles.
+                    let byte = kind.values() == Values::Byte;
+                    let run = if byte { Values::Nib4 } else { kind.values() }.groups_in_i16();
                     for g in h * groups..(h + 1) * groups {
                         // SAFETY: as above.
                         let w = unsafe { values(kind, block, half, g) };
+                        // The 16-bit pair sums hold this many groups (exact: see `groups_in_i16`).
+                        let n = g + 1 - h * groups;
+                        let full = n % run == 0 || n == groups;
                         for r in 0..MR {
                             let a = &acts[r][i];
                             if WIDE {
-                                hi[r] = dot4(hi[r], w, group(&a.hi, g));
+                                product(&mut hi[r], &mut hi16[r], w, group(&a.hi, g), byte);
+                                product(&mut lo[r], &mut lo16[r], w, group(&a.lo, g), byte);
+                            } else if !$pairs16 && g % 2 == 1 {
+                                // 8-bit activations: odd groups into the idle `hi`, two dependency
+                                // chains a row (the integer sum is the same).
+                                hi[r] = dot4(hi[r], w, group(&a.lo, g));
+                            } else {
+                                product(&mut lo[r], &mut lo16[r], w, group(&a.lo, g), byte);
                             }
-                            lo[r] = dot4(lo[r], w, group(&a.lo, g));
+                            if full {
+                                if WIDE {
+                                    widen(&mut hi[r], &mut hi16[r], byte);
+                                }
+                                widen(&mut lo[r], &mut lo16[r], byte);
+                            }
                         }
                     }
                     for r in 0..MR {
@@ -227,7 +280,7 @@ macro_rules! kernel {
                         let sum = if WIDE {
                             _mm256_add_epi32(_mm256_slli_epi32::<8>(hi[r]), lo[r])
                         } else {
-                            lo[r]
+                            _mm256_add_epi32(hi[r], lo[r])
                         };
                         let s = if halves == 2 { a.sh[h] } else { a.s };
                         let scale = _mm256_mul_ps(d[h], _mm256_set1_ps(a.d));
@@ -272,7 +325,8 @@ macro_rules! kernel {
     };
 }
 
-/// `vpmaddubsw` then `vpmaddwd`: exact for values below 128 ([`handles`]).
+/// `vpmaddubsw` then `vpmaddwd`: exact for values below 128 (unused: the AVX2 build sums pairs in
+/// 16 bits first, see `product`).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn dot4_avx2(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
@@ -290,21 +344,20 @@ fn dot4_vnni(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
 /// AVX2 alone.
 mod plain {
     use super::*;
-    kernel!("avx2", "avx2,fma,f16c", dot4_avx2);
+    kernel!("avx2", "avx2,fma,f16c", dot4_avx2, true);
 }
 
 /// AVX2 with AVX-VNNI.
 mod vnni {
     use super::*;
-    kernel!("avx2,avxvnni", "avx2,fma,f16c,avxvnni", dot4_vnni);
+    kernel!("avx2,avxvnni", "avx2,fma,f16c,avxvnni", dot4_vnni, false);
 }
 
 /// Computes the output columns of weight rows `rows` (whole panels, as for the AVX-512 kernel)
 /// for every activation row.
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C, and AVX-VNNI if `vnni`; `w.kind` must be one
-/// [`handles`] accepts; `x` must hold byte pairs ([`Activations::set`] makes them where packed
+/// The CPU must support AVX2, FMA and F16C, and AVX-VNNI if `vnni`; `x` must hold byte pairs ([`Activations::set`] makes them where packed
 /// kernels run).
 pub(super) unsafe fn gemm(
     w: &PackedMatrix,
@@ -314,11 +367,6 @@ pub(super) unsafe fn gemm(
     vnni: bool,
 ) {
     assert!(rows.start.is_multiple_of(PANEL), "rows must start a panel");
-    assert!(
-        handles(w.kind, vnni),
-        "no AVX2 packed kernel for {:?}",
-        w.kind
-    );
     assert_eq!(x.pairs.len(), x.q16.len(), "activations lack byte pairs");
     for panel in rows.start / PANEL..rows.end.div_ceil(PANEL) {
         let first = panel * PANEL;
