@@ -24,7 +24,8 @@ pub struct DemoArgs {
     /// Benchmark the built-in mock server instead of the model.
     #[arg(long)]
     mock: bool,
-    /// The GGUF model [default: the default model, fetched if missing].
+    /// The GGUF model: a file, or a model name (`specula model list`; pulled if missing)
+    /// [default: the default model, fetched if missing].
     #[arg(long, alias = "model")]
     model_path: Option<PathBuf>,
     /// Kernel threads [default: all cores].
@@ -147,16 +148,17 @@ impl DemoArgs {
     }
 
     /// The in-process server's settings: `specula serve`'s defaults on a free loopback port,
-    /// with speculation as `algorithm` says.
+    /// serving `model`, with speculation as `algorithm` says.
     fn serve_config(
         &self,
-        model_path: PathBuf,
+        model: &Model,
         algorithm: Option<speculative::Algorithm>,
     ) -> Result<ServeConfig, Failure> {
         let mut args = ServeArgs {
             host: Some("127.0.0.1".into()),
             port: Some(0),
-            model_path: Some(model_path),
+            model_path: Some(model.path.clone()),
+            served_model_name: model.name.map(str::to_string),
             log_level: Some(LogLevel::Warning),
             threads: self.threads,
             activations: Some(self.activations.mode),
@@ -176,14 +178,22 @@ impl DemoArgs {
         args.resolve().map_err(|error| Failure { code: 2, error })
     }
 
-    async fn model_path(&self) -> Result<PathBuf, Failure> {
-        match &self.model_path {
-            Some(p) => Ok(p.clone()),
-            None => Ok(tokio::task::spawn_blocking(crate::assets::default_model)
-                .await
-                .context("model fetch task failed")??),
-        }
+    /// The model to serve, pulled first if it is a registered one not cached yet (once, before
+    /// any server starts).
+    async fn model(&self) -> Result<Model, Failure> {
+        let choice = crate::models::choose(self.model_path.as_deref())?;
+        let name = choice.name();
+        let path = tokio::task::spawn_blocking(move || choice.path())
+            .await
+            .context("model fetch task failed")??;
+        Ok(Model { path, name })
     }
+}
+
+/// The served model: its file, and the registered name it was given by (served under it).
+struct Model {
+    path: PathBuf,
+    name: Option<&'static str>,
 }
 
 pub async fn run(args: DemoArgs) -> Result<(), Failure> {
@@ -204,7 +214,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
     if args.compare_spec {
         return compare_spec(&args, &bench).await;
     }
-    let cfg = args.serve_config(args.model_path().await?, None)?;
+    let cfg = args.serve_config(&args.model().await?, None)?;
     let server = crate::serve::start(cfg).await?;
     let result = run_bench(&bench, Some(format!("http://{}", server.addr))).await;
     server.drain().await;
@@ -219,9 +229,9 @@ async fn compare_spec(args: &DemoArgs, flags: &RunArgs) -> Result<(), Failure> {
         .map_err(|error| Failure { code: 2, error })?;
     let cfg = flags.config(Some("http://127.0.0.1".into()))?;
     let dataset = Arc::new(load_dataset(&cfg).await?);
-    let model_path = args.model_path().await?;
-    let base_serve = args.serve_config(model_path.clone(), None)?;
-    let cand_serve = args.serve_config(model_path, Some(algorithm))?;
+    let model = args.model().await?;
+    let base_serve = args.serve_config(&model, None)?;
+    let cand_serve = args.serve_config(&model, Some(algorithm))?;
     let spec = cand_serve
         .speculative
         .ok_or_else(|| anyhow!("the candidate's settings lost speculation"))?;

@@ -38,7 +38,8 @@ pub struct GenerateArgs {
     /// After the speed line, print the generated token ids (`ids: 1 2 3`).
     #[arg(long)]
     show_ids: bool,
-    /// A GGUF model [default: SmolLM2-135M-Instruct Q4_1, fetched on first use].
+    /// A GGUF file or a model name (`specula model list`; pulled if missing) [default:
+    /// SmolLM2-135M-Instruct Q4_1, fetched on first use].
     #[arg(long)]
     model: Option<PathBuf>,
     #[command(flatten)]
@@ -61,7 +62,7 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
     if args.max_tokens == 0 {
         return Err(anyhow!("--max-tokens must be at least 1").into());
     }
-    let path = crate::model_cmd::resolve(args.model.clone())?;
+    let path = crate::models::resolve(args.model.as_deref())?;
     let mut model =
         Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
     model.activations = args.activations.mode;

@@ -7,6 +7,7 @@ mod demo;
 mod generate;
 mod model_bench;
 mod model_cmd;
+mod models;
 mod serve;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -31,7 +32,7 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Generate text from a prompt with the model runtime and report its speed.
     Generate(generate::GenerateArgs),
-    /// Fetch the default model or describe a GGUF file.
+    /// Pull and list models by name, measure the runtime, or describe a GGUF file.
     Model(model_cmd::ModelArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),

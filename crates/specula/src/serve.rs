@@ -50,13 +50,21 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr().context("no local address")?;
-    let model_path = crate::model_cmd::resolve(cfg.model_path.clone())?;
-    let served = cfg.served_model_name.clone().unwrap_or_else(|| {
-        model_path
+    // What --model-path names: a file or a registered model (pulled while loading, below).
+    let choice = crate::models::choose(cfg.model_path.as_deref())?;
+    let model_path = choice.planned_path()?;
+    let served = match (&cfg.served_model_name, choice.name()) {
+        (Some(name), _) => name.clone(),
+        (None, Some(name)) => name.to_string(),
+        (None, None) => model_path
             .file_stem()
-            .map_or("model".into(), |s| s.to_string_lossy().into_owned())
-    });
-    let info = server_info(&cfg)?;
+            .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+    };
+    let mut info = server_info(&cfg)?;
+    if choice.name().is_some() {
+        // A model given by name: the file it is.
+        info["model_path"] = model_path.display().to_string().into();
+    }
     let mut state = AppState::new(served.clone(), cfg.api_key.clone(), info);
     state.tool_parser = cfg.tool_call_parser;
     state.reasoning_parser = cfg.reasoning_parser;
@@ -80,10 +88,11 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
         model_path.display()
     );
 
-    // 2. Model, tokenizer, template, engine, warm-up: all or nothing.
+    // 2. Model (pulled first if it is a registered one not cached yet), tokenizer, template,
+    // engine, warm-up: all or nothing.
     let t0 = Instant::now();
     let settings = cfg.clone();
-    let loaded = tokio::task::spawn_blocking(move || load::load(&model_path, &settings))
+    let loaded = tokio::task::spawn_blocking(move || load::load(&choice.path()?, &settings))
         .await
         .map_err(|e| anyhow!("loading failed: {e}"))??;
     let engine = loaded.engine.clone();

@@ -21,10 +21,12 @@ pub struct ServeArgs {
     /// Port to listen on; 0 picks a free one.
     #[arg(long, default_value = "30000")]
     pub port: Option<u16>,
-    /// The GGUF model [default: the default model, fetched if missing].
+    /// The GGUF model: a file, or a model name (`specula model list`; pulled if missing)
+    /// [default: the default model, fetched if missing].
     #[arg(long, alias = "model")]
     pub model_path: Option<PathBuf>,
-    /// The model name `/v1/models` lists and requests use [default: the file name].
+    /// The model name `/v1/models` lists and requests use [default: the model name given with
+    /// --model-path, else the file name].
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Longest sequence (prompt + output) [default: the model's].

@@ -18,21 +18,31 @@ pub struct Server {
 }
 
 impl Server {
-    #[allow(clippy::zombie_processes)] // Drop kills and waits
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--port",
-                "0",
-                "--threads",
-                "2",
-                "--log-level",
-                "warning",
-            ])
-            .arg("--model-path")
-            .arg(model_path())
-            .args(args)
+        let mut command = Self::command();
+        command.arg("--model-path").arg(model_path()).args(args);
+        Self::spawn(command)
+    }
+
+    /// `specula serve` on port 0 with 2 threads, quiet; no model given yet.
+    pub fn command() -> Command {
+        let mut command = Command::new(BIN);
+        command.args([
+            "serve",
+            "--port",
+            "0",
+            "--threads",
+            "2",
+            "--log-level",
+            "warning",
+        ]);
+        command
+    }
+
+    /// Starts `command` (a `specula serve`) and waits until it is ready.
+    #[allow(clippy::zombie_processes)] // Drop kills and waits
+    pub fn spawn(mut command: Command) -> Self {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
