@@ -747,8 +747,10 @@ fn a_first_slice_continues_a_sweep_run_a_level_per_invocation() {
 
 #[test]
 fn saved_runs_compare_plot_and_export() {
-    let slow = Mock::start(&["--tokens-per-second", "400", "--ttft-ms", "5"]);
-    let fast = Mock::start(&["--tokens-per-second", "800", "--ttft-ms", "5"]);
+    // Paces slow enough that a busy machine's scheduling delays (a few ms a request) cannot
+    // hide the factor of two: 205 against 105 ms a request.
+    let slow = Mock::start(&["--tokens-per-second", "100", "--ttft-ms", "5"]);
+    let fast = Mock::start(&["--tokens-per-second", "200", "--ttft-ms", "5"]);
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     for (mock, name) in [(&slow, "base"), (&fast, "cand")] {
