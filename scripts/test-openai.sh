@@ -23,6 +23,9 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/
 serve() {
     local log=$1
     shift
+    # The log exists before the server opens it, so the readiness poll never reads a missing
+    # file (a race that ended the script under `set -e`).
+    : >"$log"
     target/release/specula serve --port 0 --model-path "$model" --log-level warning \
         --tool-call-parser hermes --reasoning-parser qwen3 "$@" >"$log" 2>&1 &
     local pid=$!
