@@ -223,19 +223,17 @@ fn group_on(
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && shape.head_dim.is_multiple_of(16) {
         assert!(isa.available(), "{isa:?} kernels on a CPU without them");
+        let kv = vector::Kv::new(keys, values, shape, blocks, ctx, kvh);
         // SAFETY: Avx512 means the CPU has AVX-512 F and FMA (Isa::available, asserted).
-        unsafe {
-            vector::attention_avx512(q, keys, values, shape, blocks, ctx, kvh, scale, out, scores)
-        };
+        unsafe { vector::attention_avx512(&kv, q, scale, out, scores) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 && shape.head_dim.is_multiple_of(8) {
         assert!(isa.available(), "{isa:?} kernels on a CPU without them");
+        let kv = vector::Kv::new(keys, values, shape, blocks, ctx, kvh);
         // SAFETY: Avx2 and above mean the CPU has AVX2 and FMA (Isa::available, asserted).
-        unsafe {
-            vector::attention_avx2(q, keys, values, shape, blocks, ctx, kvh, scale, out, scores)
-        };
+        unsafe { vector::attention_avx2(&kv, q, scale, out, scores) };
         return;
     }
     let n_ctx = ctx.len();

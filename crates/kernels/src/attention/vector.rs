@@ -23,52 +23,38 @@ const MAX_HEADS: usize = 4;
 /// [`attention`] with AVX-512: 16 keys a register; up to 28 accumulators of values.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F and FMA; `head_dim` must be a multiple of 16; the arguments
-/// satisfy `paged_attention`'s contract (checked there).
-#[allow(clippy::too_many_arguments)]
+/// The CPU must support AVX-512 F and FMA; `head_dim` must be a multiple of 16; `kv` and `q`
+/// come from `paged_attention`'s checked arguments.
 #[target_feature(enable = "avx512f,fma")]
 pub(super) unsafe fn attention_avx512(
+    kv: &Kv<'_>,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    shape: KvShape,
-    blocks: &[u32],
-    ctx: Context<'_>,
-    kvh: usize,
     scale: f32,
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
     // SAFETY: the caller's contract: the CPU has AVX-512 F and FMA.
     let s = unsafe { Avx512::new() };
-    let kv = Kv::new(keys, values, shape, blocks, ctx, kvh);
-    attention(s, q, &kv, scale, out, scores);
+    attention(s, q, kv, scale, out, scores);
 }
 
 /// [`attention`] with AVX2: 8 keys a register; up to 12 accumulators of values (of the 16
 /// registers), e.g. 2 registers of dimensions × 4 heads or 4 × 3.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA; `head_dim` must be a multiple of 8; the arguments satisfy
-/// `paged_attention`'s contract (checked there).
-#[allow(clippy::too_many_arguments)]
+/// The CPU must support AVX2 and FMA; `head_dim` must be a multiple of 8; `kv` and `q` come from
+/// `paged_attention`'s checked arguments.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn attention_avx2(
+    kv: &Kv<'_>,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    shape: KvShape,
-    blocks: &[u32],
-    ctx: Context<'_>,
-    kvh: usize,
     scale: f32,
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
     // SAFETY: the caller's contract: the CPU has AVX2 and FMA.
     let s = unsafe { Avx2::new() };
-    let kv = Kv::new(keys, values, shape, blocks, ctx, kvh);
-    attention(s, q, &kv, scale, out, scores);
+    attention(s, q, kv, scale, out, scores);
 }
 
 /// The heads of `q` (one KV head's group) over `kv`, into `out`; `scores` is scratch.
@@ -111,7 +97,7 @@ fn attention<S: F32s>(
 }
 
 /// One KV head's keys and values over a sequence's context.
-struct Kv<'a> {
+pub(super) struct Kv<'a> {
     keys: &'a [f32],
     values: &'a [f32],
     shape: KvShape,
@@ -123,7 +109,7 @@ struct Kv<'a> {
 impl<'a> Kv<'a> {
     /// Checks what the kernels' unchecked reads rely on: the KV head exists and every block the
     /// context uses lies inside both stores.
-    fn new(
+    pub(super) fn new(
         keys: &'a [f32],
         values: &'a [f32],
         shape: KvShape,
