@@ -1,9 +1,11 @@
 """Tool calling and reasoning output through the official `openai` Python client.
 
-Usage: python3 scripts/openai_tools_test.py SCRIPTED_URL REAL_URL
+Usage: python3 scripts/openai_tools_test.py SCRIPTED_URL REAL_URL [QWEN_URL]
   SCRIPTED_URL  a `specula serve --tool-call-parser hermes --reasoning-parser qwen3
                 --scripted-output crates/specula/tests/fixtures/tool_script.json` (base URL, /v1)
   REAL_URL      the same parsers on the real model, unscripted
+  QWEN_URL      `specula serve --model qwen2.5-coder-0.5b --tool-call-parser qwen25`: the round
+                trip on a model that makes calls (it writes them as bare JSON objects)
 The scripted server makes the round trip deterministic (request with tools -> tool calls ->
 tool results in the history -> final answer), streamed and not; the real model shows that the
 same requests come back well formed. Exits non-zero on the first failed check.
@@ -130,6 +132,40 @@ def real(url):
         check(len(calls) == len(c.message.tool_calls or []), f"{choice}: streamed calls")
 
 
+def qwen(url):
+    """Qwen2.5-Coder-0.5B answers a weather question with a call (a bare JSON object, which
+    the parser returns as a call because it names an offered tool and is the whole answer).
+    With the result in the history it answers in text: greedy, it repeats the call and the
+    result as its answer (llama-server gives the same text), which must stay content."""
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    check(model == "qwen2.5-coder-0.5b", f"served name {model}")
+    messages = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
+    r = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, temperature=0)
+    c, m = r.choices[0], r.choices[0].message
+    check(c.finish_reason == "tool_calls" and not m.content, f"qwen: {c}")
+    calls = m.tool_calls or []
+    check([(t.function.name, json.loads(t.function.arguments)) for t in calls]
+          == [("get_weather", {"city": "Paris"})], f"qwen calls {calls}")
+    content, _, scalls, finish = streamed(client, model, messages, temperature=0)
+    check(not content and finish == "tool_calls"
+          and [(v[1], v[2]) for v in scalls.values()]
+          == [(t.function.name, t.function.arguments) for t in calls], f"qwen streamed {scalls}")
+
+    messages.append(m.model_dump(exclude_none=True))
+    for t in calls:
+        messages.append({"role": "tool", "tool_call_id": t.id, "content": run_tool(t)})
+    r = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, temperature=0)
+    final = r.choices[0]
+    check(final.finish_reason == "stop" and not final.message.tool_calls
+          and "22" in (final.message.content or ""), f"qwen final {final}")
+    content, _, scalls, finish = streamed(client, model, messages, temperature=0)
+    check(content == final.message.content and not scalls and finish == "stop",
+          f"qwen streamed final {content!r}")
+
+
 scripted(sys.argv[1])
 real(sys.argv[2])
+if len(sys.argv) > 3:
+    qwen(sys.argv[3])
 print(f"openai tools: {checks} checks passed (openai {openai.__version__})")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The official `openai` Python package against `specula serve` (scripts/openai_client_test.py,
 # scripts/openai_tools_test.py). Installs the package into target/pylib-openai on first use
-# (pip --target: no virtualenv needed), starts two servers on free loopback ports (the real
-# model with the tool-call and reasoning parsers on, and the same with its output scripted),
-# runs the checks, stops the servers.
+# (pip --target: no virtualenv needed), starts three servers on free loopback ports (the real
+# model with the tool-call and reasoning parsers on, the same with its output scripted, and
+# Qwen2.5-Coder-0.5B with its tool-call parser), runs the checks, stops the servers.
 #
 # Usage: scripts/test-openai.sh      (after `cargo build --release`)
 set -euo pipefail
@@ -26,8 +26,7 @@ serve() {
     # The log exists before the server opens it, so the readiness poll never reads a missing
     # file (a race that ended the script under `set -e`).
     : >"$log"
-    target/release/specula serve --port 0 --model-path "$model" --log-level warning \
-        --tool-call-parser hermes --reasoning-parser qwen3 "$@" >"$log" 2>&1 &
+    target/release/specula serve --port 0 --log-level warning "$@" >"$log" 2>&1 &
     local pid=$!
     pids+=("$pid")
     url=""
@@ -39,10 +38,13 @@ serve() {
     done
     [ -n "$url" ] || { echo "test-openai: the server did not become ready" >&2; cat "$log" >&2; exit 1; }
 }
-serve target/openai-serve.log
+smollm=(--model-path "$model" --tool-call-parser hermes --reasoning-parser qwen3)
+serve target/openai-serve.log "${smollm[@]}"
 real=$url
-serve target/openai-serve-scripted.log \
+serve target/openai-serve-scripted.log "${smollm[@]}" \
     --scripted-output crates/specula/tests/fixtures/tool_script.json
 scripted=$url
+serve target/openai-serve-qwen.log --model qwen2.5-coder-0.5b --tool-call-parser qwen25
+qwen=$url
 PYTHONPATH="$lib" python3 scripts/openai_client_test.py "$real/v1"
-PYTHONPATH="$lib" python3 scripts/openai_tools_test.py "$scripted/v1" "$real/v1"
+PYTHONPATH="$lib" python3 scripts/openai_tools_test.py "$scripted/v1" "$real/v1" "$qwen/v1"

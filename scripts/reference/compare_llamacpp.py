@@ -299,7 +299,8 @@ def main() -> None:
                     "so they measure each implementation's arithmetic on it",
         }
     meta = {
-        "description": f"Reference next-token distributions for SmolLM2-135M-Instruct {args.format} over "
+        "description": f"Reference next-token distributions for {info['metadata'].get('general.name') or 'the model'} "
+                       f"({args.format}) over "
                        "scripts/reference/reference_text.txt, from an exact float64 NumPy forward pass "
                        "(numpy_*) and from llama.cpp ("
                        + ("llamacpp_*" if not requant else "its figures below; its files are not kept")

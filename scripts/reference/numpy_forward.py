@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""numpy_forward.py — exact float64 NumPy reference forward pass of a llama-architecture GGUF model.
+"""numpy_forward.py — exact float64 NumPy reference forward pass of a GGUF model (llama, qwen2, qwen3).
 
 Part of specula's reference fixtures (see scripts/reference/README.md; regenerate.sh runs it).
 It reads the GGUF file with the `gguf` package, dequantises every tensor with
@@ -9,8 +9,11 @@ forward pass in float64 throughout:
 
     x = token_embd[ids]
     per layer:  h = rmsnorm(x) * attn_norm
-                q, k, v = h Wq^T, h Wk^T, h Wv^T             (per head, head_dim = n_embd / n_head)
-                q, k = rope(q), rope(k)                        llama.cpp's NORMAL mode (rope type 0)
+                q, k, v = h Wq^T, h Wk^T, h Wv^T             (per head, head_dim = attention.key_length,
+                                                               default n_embd / n_head)
+                q, k, v += bq, bk, bv                          (qwen2: biases)
+                q, k = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm   (qwen3: per head)
+                q, k = rope(q), rope(k)                        NORMAL mode (llama) or NEOX (qwen2, qwen3)
                 a = softmax(q k^T / sqrt(head_dim) + causal mask) v   (grouped-query: head h reads KV head h // (n_head / n_head_kv))
                 x = x + a Wo^T
                 h = rmsnorm(x) * ffn_norm
@@ -20,8 +23,11 @@ forward pass in float64 throughout:
 RoPE: llama.cpp evaluates the `llama` architecture with rope mode 0 ("NORMAL"), which rotates
 ADJACENT pairs (x[2i], x[2i+1]) by pos * base^(-2i/n_rot). Hugging Face's Llama rotates the halves
 (x[i], x[i + d/2]); llama.cpp's converter permutes the rows of attn_q/attn_k so that the adjacent-pair
-rotation on GGUF weights is the same computation. `--rope neox` switches to the half-split rotation,
-only to show that it is the wrong one for this file (top-1 agreement with llama.cpp collapses).
+rotation on GGUF weights is the same computation. qwen2 and qwen3 keep Hugging Face's order and use
+the half split ("NEOX", rope type 2). `--rope` overrides the architecture's mode, only to show that
+the other one is wrong for a file (top-1 agreement with llama.cpp collapses). The angle of pair i is
+pos * freq_scale * base^(-2i/n_rot) / rope_freqs[i]: `rope_freqs.weight` is Llama 3's frequency
+scaling as converters store it, freq_scale is 1 / `rope.scaling.factor` (linear scaling).
 
 The token sequence is evaluated in independent chunks of at most --chunk tokens, each from a fresh
 context at positions 0..len-1 (no BOS is inserted: the ids are used as given).
@@ -55,6 +61,10 @@ import time
 import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
+
+
+# llama.cpp's rope type of each architecture (llama_model_rope_type).
+ROPE_MODES = {"llama": "normal", "qwen2": "neox", "qwen3": "neox"}
 
 
 def log(msg: str) -> None:
@@ -159,26 +169,31 @@ def _k_scales_mins(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Model:
-    """Float64 weights and hyper-parameters of a llama-architecture GGUF file."""
+    """Float64 weights and hyper-parameters of a llama, qwen2 or qwen3 GGUF file."""
 
     def __init__(self, path: str, check_exact: bool = True):
         t0 = time.time()
         r = gguf.GGUFReader(path)
         arch = field_value(r, "general.architecture")
-        if arch != "llama":
-            raise SystemExit(f"numpy_forward: architecture {arch!r} is not 'llama'")
+        if arch not in ROPE_MODES:
+            raise SystemExit(f"numpy_forward: architecture {arch!r} is not one of {sorted(ROPE_MODES)}")
+        self.arch = arch
+        self.rope_mode = ROPE_MODES[arch]
         p = f"{arch}."
         self.n_layer = int(field_value(r, p + "block_count"))
         self.n_embd = int(field_value(r, p + "embedding_length"))
         self.n_head = int(field_value(r, p + "attention.head_count"))
         self.n_head_kv = int(field_value(r, p + "attention.head_count_kv", self.n_head))
-        self.head_dim = self.n_embd // self.n_head
+        self.head_dim = int(field_value(r, p + "attention.key_length", self.n_embd // self.n_head))
         self.n_rot = int(field_value(r, p + "rope.dimension_count", self.head_dim))
         # float32 values in the file, taken exactly into float64
         self.rope_base = float(field_value(r, p + "rope.freq_base", 10000.0))
         self.eps = float(field_value(r, p + "attention.layer_norm_rms_epsilon"))
-        if field_value(r, p + "rope.scaling.type") not in (None, "none"):
-            raise SystemExit("numpy_forward: rope scaling is not implemented")
+        scaling = field_value(r, p + "rope.scaling.type")
+        factor = float(field_value(r, p + "rope.scaling.factor", 1.0))
+        if scaling not in (None, "none", "linear"):
+            raise SystemExit(f"numpy_forward: rope scaling {scaling!r} is not implemented")
+        self.freq_scale = 1.0 / factor if scaling == "linear" and factor not in (0.0, 1.0) else 1.0
         self.metadata = {
             "general.architecture": arch,
             "general.name": field_value(r, "general.name"),
@@ -191,6 +206,9 @@ class Model:
             p + "attention.head_count_kv": self.n_head_kv,
             p + "rope.dimension_count": self.n_rot,
             p + "rope.freq_base": self.rope_base,
+            p + "attention.key_length": self.head_dim,
+            p + "rope.scaling.type": scaling,
+            p + "rope.scaling.factor": factor,
             p + "attention.layer_norm_rms_epsilon": self.eps,
             p + "vocab_size": field_value(r, p + "vocab_size"),
             "tokenizer.ggml.model": field_value(r, "tokenizer.ggml.model"),
@@ -236,6 +254,7 @@ class Model:
         self.tensor_types = types
         self.tied_embeddings = "output.weight" not in self.w
         self.n_vocab = self.w["token_embd.weight"].shape[0]
+        self.rope_freqs = self.w.get("rope_freqs.weight")
         log(f"loaded {len(self.w)} tensors ({types}) in {time.time() - t0:.1f} s; "
             f"{n_checked} quantised tensors checked exact; tied embeddings: {self.tied_embeddings}")
 
@@ -252,9 +271,12 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(ms + eps) * weight
 
 
-def rope_tables(n_pos: int, n_rot: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+def rope_tables(n_pos: int, n_rot: int, base: float, freq_scale: float = 1.0,
+                divisors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     i = np.arange(n_rot // 2, dtype=np.float64)
-    inv_freq = base ** (-2.0 * i / n_rot)                       # theta_i = base^(-2i/n_rot)
+    inv_freq = freq_scale * base ** (-2.0 * i / n_rot)          # theta_i = base^(-2i/n_rot)
+    if divisors is not None:
+        inv_freq = inv_freq / divisors
     ang = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]
     return np.cos(ang), np.sin(ang)                              # [n_pos, n_rot/2]
 
@@ -280,12 +302,13 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, mode
     return y
 
 
-def forward(m: Model, ids: np.ndarray, rope_mode: str = "normal") -> np.ndarray:
+def forward(m: Model, ids: np.ndarray, rope_mode: str | None = None) -> np.ndarray:
     """Logits [T, n_vocab] (float64) for one chunk evaluated from position 0 with a causal mask."""
     T = len(ids)
     H, HKV, D = m.n_head, m.n_head_kv, m.head_dim
     group = H // HKV
-    cos, sin = rope_tables(T, m.n_rot, m.rope_base)
+    rope_mode = rope_mode or m.rope_mode
+    cos, sin = rope_tables(T, m.n_rot, m.rope_base, m.freq_scale, m.rope_freqs)
     mask = np.triu(np.full((T, T), -np.inf), k=1)
     scale = 1.0 / np.sqrt(D)
 
@@ -296,6 +319,14 @@ def forward(m: Model, ids: np.ndarray, rope_mode: str = "normal") -> np.ndarray:
         q = (h @ w("attn_q").T).reshape(T, H, D)
         k = (h @ w("attn_k").T).reshape(T, HKV, D)
         v = (h @ w("attn_v").T).reshape(T, HKV, D)
+        bias = lambda name: m.w.get(f"blk.{layer}.{name}.bias")  # noqa: E731
+        if bias("attn_q") is not None:
+            q = q + bias("attn_q").reshape(H, D)
+            k = k + bias("attn_k").reshape(HKV, D)
+            v = v + bias("attn_v").reshape(HKV, D)
+        if f"blk.{layer}.attn_q_norm.weight" in m.w:
+            q = rmsnorm(q, w("attn_q_norm"), m.eps)              # over each head's D values
+            k = rmsnorm(k, w("attn_k_norm"), m.eps)
         q = apply_rope(q, cos, sin, m.n_rot, rope_mode)
         k = apply_rope(k, cos, sin, m.n_rot, rope_mode)
         out = np.empty((T, H, D))
@@ -347,8 +378,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=20, help="top-k to store (default 20)")
     ap.add_argument("--out-dir", required=True, help="where the compact fixture files go")
     ap.add_argument("--work-dir", help="where the full float64 log-probs go (numpy_logprobs.npy)")
-    ap.add_argument("--rope", choices=["normal", "neox"], default="normal",
-                    help="RoPE pairing (normal = llama.cpp mode 0, adjacent pairs; neox only for the check)")
+    ap.add_argument("--rope", choices=["normal", "neox"], default=None,
+                    help="RoPE pairing instead of the architecture's (only to show the other is wrong)")
     ap.add_argument("--max-tokens", type=int, default=0, help="only the first N tokens (debugging)")
     ap.add_argument("--info-json", help="write model metadata and timing as JSON here")
     args = ap.parse_args()
@@ -391,7 +422,7 @@ def main() -> None:
     top_lp.astype("<f4").tofile(os.path.join(args.out_dir, "numpy_top20_logprobs.bin"))
     target.astype("<f8").tofile(os.path.join(args.out_dir, "numpy_target_logprobs.bin"))
     ppl = float(np.exp(-target.mean())) if len(target) else float("nan")
-    log(f"{n} tokens, chunk {args.chunk}, rope {args.rope}: perplexity {ppl:.4f} "
+    log(f"{n} tokens, chunk {args.chunk}, rope {args.rope or m.rope_mode}: perplexity {ppl:.4f} "
         f"(load {t_loaded - t_start:.1f} s, forward {time.time() - t_loaded:.1f} s)")
     if args.info_json:
         info = {
@@ -399,7 +430,7 @@ def main() -> None:
             "tensor_types": m.tensor_types,
             "tied_embeddings": m.tied_embeddings,
             "n_vocab": m.n_vocab,
-            "rope_mode": args.rope,
+            "rope_mode": args.rope or m.rope_mode,
             "perplexity": ppl,
             "load_seconds": round(t_loaded - t_start, 1),
             "forward_seconds": round(time.time() - t_loaded, 1),

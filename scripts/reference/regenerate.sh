@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # regenerate.sh — rebuild specula's reference fixtures in crates/model/tests/data/reference/
-# (the shipped Q4_1 file) or, for another format, in crates/model/tests/data/reference/FORMAT/.
+# (the shipped Q4_1 file), for another format of it in crates/model/tests/data/reference/FORMAT/,
+# or for another model known by name (`specula model list`) in .../reference/NAME/.
 #
 # Steps (see scripts/reference/README.md for what each file means):
 #   1. model and llama.cpp via scripts/fetch-model.sh (FORMAT Q4_1) or scripts/requantize.sh
@@ -17,10 +18,14 @@
 # For a FORMAT other than Q4_1 the folder keeps only what the Rust test needs: the three numpy_*
 # files and meta.json (llama.cpp's figures, the model file's SHA-256 and where it came from). The
 # tokens must equal the Q4_1 fixture's tokens.bin (same tokenizer; checked, not stored again).
+# A named model's folder keeps the same files and its own tokens.bin (its own tokenizer).
 #
 # Usage (from anywhere; takes about 2-3 minutes on 2 cores, peak memory about 3.5 GiB):
 #     scripts/reference/regenerate.sh              # Q4_1: crates/model/tests/data/reference/
 #     scripts/reference/regenerate.sh Q4_K_M       # crates/model/tests/data/reference/Q4_K_M/
+#     scripts/reference/regenerate.sh qwen2.5-coder-0.5b   # .../reference/qwen2.5-coder-0.5b/
+#                                                  # (pulled by `specula model pull`: a few minutes,
+#                                                  # about 8 GiB of scratch and 6 GiB of memory)
 #
 # Environment:
 #     THREADS        threads for llama.cpp and for NumPy's BLAS (default: 2)
@@ -31,8 +36,6 @@
 #     (plus those of fetch-model.sh and build-llama-cpp.sh: SPECULA_HOME, LLAMA_CPP_DIR, ...)
 set -euo pipefail
 
-GGUF_VERSION="0.19.0"
-NUMPY_VERSION="2.4.6"
 CHUNK=1024
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -40,13 +43,17 @@ cd "$ROOT"
 TEXT="scripts/reference/reference_text.txt"
 BASE_OUT="crates/model/tests/data/reference"
 FORMAT="${1:-Q4_1}"
-FORMAT="${FORMAT^^}"
-[[ "$FORMAT" =~ ^[A-Z0-9_]+$ ]] || { echo "regenerate: error: bad format name: $FORMAT" >&2; exit 1; }
+NAMED=""
+if [[ "$FORMAT" =~ ^[a-z0-9][a-z0-9.-]*$ && "$FORMAT" == *[.-]* ]]; then
+    NAMED="$FORMAT"                 # a model by name, e.g. qwen2.5-coder-0.5b
+else
+    FORMAT="${FORMAT^^}"
+    [[ "$FORMAT" =~ ^[A-Z0-9_]+$ ]] || { echo "regenerate: error: bad format or model name: $FORMAT" >&2; exit 1; }
+fi
 # What a requantised format's folder keeps (the rest stays in the scratch folder).
 KEPT_FILES="numpy_top20_ids.bin numpy_top20_logprobs.bin numpy_target_logprobs.bin meta.json"
 THREADS="${THREADS:-2}"
-PYTHON="${PYTHON:-python3}"
-REF_VENV="${REF_VENV:-${TMPDIR:-/tmp}/specula-ref-venv}"
+source scripts/reference/venv.sh
 WORK="${REF_WORK_DIR:-${TMPDIR:-/tmp}/specula-ref-work}"
 export OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 
@@ -58,7 +65,12 @@ lap() { T[$1]=$((SECONDS - step_start)); log "$1 took ${T[$1]} s"; step_start=$S
 # 1. model and llama.cpp ----------------------------------------------------------------------
 SOURCE_MODEL="$(scripts/fetch-model.sh | tail -n1)"
 BIN="$(scripts/build-llama-cpp.sh | tail -n1)"
-if [[ "$FORMAT" == Q4_1 ]]; then
+if [[ -n "$NAMED" ]]; then
+    MODEL="$(cargo run --release --quiet -p specula -- model pull "$NAMED" | tail -n1)"
+    OUT="$WORK/fixture-$NAMED"
+    FINAL="$BASE_OUT/$NAMED"
+    KEPT_FILES="$KEPT_FILES tokens.bin"
+elif [[ "$FORMAT" == Q4_1 ]]; then
     MODEL="$SOURCE_MODEL"
     OUT="$BASE_OUT"                 # written in place, every file committed
     FINAL=""
@@ -74,12 +86,7 @@ LLAMA_SRC="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BIN/../CMakeCache.t
 LLAMA_VERSION="$(cat "$BIN/../../VERSION" 2>/dev/null || true)"
 
 # 2. venv -------------------------------------------------------------------------------------
-PY="$REF_VENV/bin/python"
-if ! "$PY" -c "import gguf, numpy, importlib.metadata as m; assert m.version('gguf') == '$GGUF_VERSION' and numpy.__version__ == '$NUMPY_VERSION'" 2>/dev/null; then
-    log "creating venv $REF_VENV (gguf==$GGUF_VERSION numpy==$NUMPY_VERSION)"
-    "$PYTHON" -m venv "$REF_VENV"
-    "$PY" -m pip install --quiet "gguf==$GGUF_VERSION" "numpy==$NUMPY_VERSION" >&2
-fi
+ref_venv
 mkdir -p "$WORK" "$OUT"
 lap setup
 
@@ -97,7 +104,7 @@ np.asarray(ids, dtype="<u4").tofile(f"{out}/tokens.bin")
 np.asarray(ids, dtype="<i4").tofile(f"{work}/tokens.i32")
 print(f"regenerate: {len(ids)} tokens", file=sys.stderr)
 PY
-if [[ -n "$FINAL" ]] && ! cmp -s "$OUT/tokens.bin" "$BASE_OUT/tokens.bin"; then
+if [[ -n "$FINAL" && -z "$NAMED" ]] && ! cmp -s "$OUT/tokens.bin" "$BASE_OUT/tokens.bin"; then
     log "error: $FORMAT's tokens differ from $BASE_OUT/tokens.bin (the tokenizer should be the same)"
     exit 1
 fi
@@ -131,7 +138,9 @@ lap llama_perplexity
     echo "\"threads\": $THREADS }"
 } > "$WORK/timings.json"
 requant_args=()
-if [[ -n "$FINAL" ]]; then
+if [[ -n "$NAMED" ]]; then
+    requant_args=(--format "$NAMED" --kept-files "${KEPT_FILES// /,}")
+elif [[ -n "$FINAL" ]]; then
     requant_args=(--format "$FORMAT" --requantized-from "$SOURCE_MODEL" --kept-files "${KEPT_FILES// /,}")
 fi
 "$PY" scripts/reference/compare_llamacpp.py --tokens "$OUT/tokens.json" --work-dir "$WORK" --out-dir "$OUT" \

@@ -13,6 +13,8 @@ stripping can change it. A SOURCE file beside the corpus records the llama.cpp b
 
 Usage:
     scripts/tokenizer/make_reference.py            # model and llama.cpp from the usual scripts
+    scripts/tokenizer/make_reference.py qwen2.5-coder-0.5b   # another model by name, pulled by
+                                                   # `specula model pull`; corpus in tokenizer/NAME/
     SPECULA_MODEL=/path/model.gguf LLAMA_CPP_BIN=/path/bin scripts/tokenizer/make_reference.py
 
 The corpus itself is defined below (hand-written cases plus seeded random strings), so the
@@ -159,6 +161,19 @@ POOLS = [
 ]
 
 
+# Each named model's own special tokens, in strings parsed with and without special parsing.
+MODEL_SPECIAL_STRINGS = {
+    "qwen2.5-coder-0.5b": [
+        "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        "<|fim_prefix|>def f(x):<|fim_suffix|>    return y<|fim_middle|>",
+        "<|repo_name|>specula<|file_sep|>main.rs<|fim_pad|><|endoftext|>",
+        "<tool_response>\n{\"temp\": 21}\n</tool_response>",
+    ],
+}
+
+
 def random_strings(n, seed=20240517):
     rng = random.Random(seed)
     out = []
@@ -195,11 +210,18 @@ def tokenize(bin_dir, model, text, parse_special, tmp):
 
 
 def main():
-    model = os.environ.get("SPECULA_MODEL") or last_line([str(ROOT / "scripts/fetch-model.sh")])
+    name = sys.argv[1] if len(sys.argv) > 1 else None
+    out_dir = OUT_DIR / name if name else OUT_DIR
+    if name:
+        model = last_line(["cargo", "run", "--release", "--quiet", "-p", "specula", "--",
+                            "model", "pull", name])
+    else:
+        model = os.environ.get("SPECULA_MODEL") or last_line([str(ROOT / "scripts/fetch-model.sh")])
     bin_dir = os.environ.get("LLAMA_CPP_BIN") or last_line([str(ROOT / "scripts/build-llama-cpp.sh")])
 
     cases = [(t, True) for t in HAND_WRITTEN + random_strings(60)]
-    cases += [(t, ps) for t in SPECIAL_STRINGS for ps in (True, False)]
+    specials = SPECIAL_STRINGS + MODEL_SPECIAL_STRINGS.get(name, [])
+    cases += [(t, ps) for t in specials for ps in (True, False)]
     seen = set()
     unique = []
     for c in cases:
@@ -207,8 +229,8 @@ def main():
             seen.add(c)
             unique.append(c)
 
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, open(OUT_DIR / "corpus.jsonl", "w", encoding="utf-8") as f:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, open(out_dir / "corpus.jsonl", "w", encoding="utf-8") as f:
         for i, (text, parse_special) in enumerate(unique):
             ids = tokenize(bin_dir, model, text, parse_special, tmp)
             f.write(json.dumps({"text": text, "ids": ids, "parse_special": parse_special},
@@ -219,11 +241,11 @@ def main():
     sha = hashlib.sha256(Path(model).read_bytes()).hexdigest()
     version_file = Path(bin_dir).parent.parent / "VERSION"
     version = version_file.read_text().strip() if version_file.exists() else "unknown"
-    (OUT_DIR / "SOURCE").write_text(
+    (out_dir / "SOURCE").write_text(
         "corpus.jsonl: ids from llama.cpp's llama-tokenize (scripts/tokenizer/make_reference.py)\n"
         f"llama.cpp: {' | '.join(version.splitlines())}\n"
         f"model: {Path(model).name} sha256 {sha}\n")
-    print(f"make_reference: wrote {len(unique)} cases to {OUT_DIR / 'corpus.jsonl'}", file=sys.stderr)
+    print(f"make_reference: wrote {len(unique)} cases to {out_dir / 'corpus.jsonl'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

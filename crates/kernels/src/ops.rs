@@ -1,4 +1,4 @@
-//! Row-wise operations of a transformer layer: RMSNorm, RoPE, SwiGLU, softmax. Each works on one
+//! Row-wise operations of a transformer layer: RMSNorm, RoPE, SwiGLU, biases, softmax. Each works on one
 //! row at a time and depends on nothing else, which keeps the whole forward pass batch-invariant.
 
 /// `out = x / sqrt(mean(x²) + eps) · weight`, the sum of squares accumulated in f64 (as GGML does).
@@ -11,35 +11,60 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// Rotary position embedding as llama.cpp applies it to `llama` models ("normal" mode): each
-/// head's adjacent pairs (x₂ᵢ, x₂ᵢ₊₁) rotate by `pos · base^(−2i/rot_dims)`. Angles are computed in
-/// f64, so large positions lose no precision.
-pub fn rope_normal(x: &mut [f32], head_dim: usize, rot_dims: usize, pos: usize, base: f32) {
-    let mut angles = Vec::new();
-    rope_angles(pos, rot_dims, base, &mut angles);
-    rope_apply(x, head_dim, &angles);
+/// How rotary position embedding pairs a head's dimensions (llama.cpp's rope types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs (x₂ᵢ, x₂ᵢ₊₁): llama.
+    Normal,
+    /// The two halves (xᵢ, xᵢ₊ᵣ/₂) for r rotated dimensions: GPT-NeoX, Qwen, Gemma.
+    Neox,
+}
+
+/// The angles RoPE turns by at one position: pair i of `rot_dims` turns by
+/// `pos · freq_scale · base^(−2i/rot_dims) / divisorᵢ` (`divisors`: Llama 3's frequency
+/// factors, 1 without them).
+#[derive(Debug, Clone, Copy)]
+pub struct RopeFreqs<'a> {
+    pub rot_dims: usize,
+    pub base: f32,
+    pub freq_scale: f32,
+    pub divisors: Option<&'a [f32]>,
 }
 
 /// (cos, sin) of each rotated pair's angle at `pos`: the same for every layer and for queries
-/// and keys, so a forward pass computes them once per token.
-pub fn rope_angles(pos: usize, rot_dims: usize, base: f32, out: &mut Vec<(f32, f32)>) {
-    debug_assert!(rot_dims.is_multiple_of(2));
+/// and keys, so a forward pass computes them once per token. Angles are computed in f64, so large
+/// positions lose no precision.
+pub fn rope_angles(pos: usize, freqs: &RopeFreqs<'_>, out: &mut Vec<(f32, f32)>) {
+    let n = freqs.rot_dims;
+    debug_assert!(n.is_multiple_of(2));
+    debug_assert!(freqs.divisors.is_none_or(|d| d.len() == n / 2));
     out.clear();
-    out.extend((0..rot_dims / 2).map(|i| {
-        let theta = pos as f64 * f64::from(base).powf(-2.0 * i as f64 / rot_dims as f64);
+    out.extend((0..n / 2).map(|i| {
+        let divisor = freqs.divisors.map_or(1.0, |d| f64::from(d[i]));
+        let theta = pos as f64
+            * f64::from(freqs.freq_scale)
+            * f64::from(freqs.base).powf(-2.0 * i as f64 / n as f64)
+            / divisor;
         let (sin, cos) = theta.sin_cos();
         (cos as f32, sin as f32)
     }));
 }
 
-/// Rotates each head's first `2 · angles.len()` dimensions pairwise (see [`rope_normal`]).
-pub fn rope_apply(x: &mut [f32], head_dim: usize, angles: &[(f32, f32)]) {
-    debug_assert!(2 * angles.len() <= head_dim);
+/// Rotates each head's first `2 · angles.len()` dimensions by `angles`, paired as `mode` says;
+/// the dimensions beyond pass through.
+pub fn rope_apply(x: &mut [f32], head_dim: usize, mode: RopeMode, angles: &[(f32, f32)]) {
+    let half = angles.len();
+    debug_assert!(2 * half <= head_dim);
+    let (step, offset) = match mode {
+        RopeMode::Normal => (2, 1),
+        RopeMode::Neox => (1, half),
+    };
     for head in x.chunks_exact_mut(head_dim) {
         for (i, &(cos, sin)) in angles.iter().enumerate() {
-            let (a, b) = (head[2 * i], head[2 * i + 1]);
-            head[2 * i] = a * cos - b * sin;
-            head[2 * i + 1] = a * sin + b * cos;
+            let (ia, ib) = (step * i, step * i + offset);
+            let (a, b) = (head[ia], head[ib]);
+            head[ia] = a * cos - b * sin;
+            head[ib] = a * sin + b * cos;
         }
     }
 }
@@ -142,6 +167,13 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// `x += bias` on every row of `x` (`bias.len()` wide).
+pub fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add_assign(row, bias);
+    }
+}
+
 /// `acc += x`.
 pub fn add_assign(acc: &mut [f32], x: &[f32]) {
     acc.iter_mut().zip(x).for_each(|(a, &b)| *a += b);
@@ -165,22 +197,59 @@ mod tests {
         }
     }
 
+    fn rope(x: &mut [f32], mode: RopeMode, pos: usize, divisors: Option<&[f32]>) {
+        let mut angles = Vec::new();
+        let freqs = RopeFreqs {
+            rot_dims: 64,
+            base: 10000.0,
+            freq_scale: 1.0,
+            divisors,
+        };
+        rope_angles(pos, &freqs, &mut angles);
+        rope_apply(x, 64, mode, &angles);
+    }
+
     #[test]
     fn rope_rotates_pairs_and_keeps_norms() {
-        let mut x: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
-        let before = x.clone();
-        rope_normal(&mut x, 64, 64, 7, 10000.0);
-        // Pair 0 of head 1 turns by exactly 7 radians.
-        let (a, b) = (before[64], before[65]);
-        assert!((x[64] - (a * 7f32.cos() - b * 7f32.sin())).abs() < 1e-6);
-        for p in 0..64 {
-            let n0 = before[2 * p].hypot(before[2 * p + 1]);
-            let n1 = x[2 * p].hypot(x[2 * p + 1]);
-            assert!((n0 - n1).abs() < 1e-5);
+        let before: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
+        // (mode, the partner of dimension d of a head for d in the first half)
+        let partner = [
+            (RopeMode::Normal, (|d| d + 1) as fn(usize) -> usize, 2),
+            (RopeMode::Neox, |d| d + 32, 1),
+        ];
+        for (mode, partner, step) in partner {
+            let mut x = before.clone();
+            rope(&mut x, mode, 7, None);
+            // Pair 0 of head 1 turns by exactly 7 radians; pair i by 7 · 10000^(−2i/64).
+            for (i, pair) in [(0usize, 7.0f64), (5, 7.0 * 10000f64.powf(-10.0 / 64.0))] {
+                let d = 64 + step * i;
+                let (a, b) = (f64::from(before[d]), f64::from(before[partner(d)]));
+                let want = a * pair.cos() - b * pair.sin();
+                assert!((f64::from(x[d]) - want).abs() < 1e-6, "{mode:?} pair {i}");
+            }
+            for d in (0..128).filter(|d| partner(d % 64) < 64 && (d % 64) % step == 0) {
+                let (e, f) = (d, d - d % 64 + partner(d % 64));
+                let n0 = before[e].hypot(before[f]);
+                let n1 = x[e].hypot(x[f]);
+                assert!((n0 - n1).abs() < 1e-5, "{mode:?} norm of pair ({e}, {f})");
+            }
+            let mut y = before.clone();
+            rope(&mut y, mode, 0, None);
+            assert_eq!(y, before, "position 0 is the identity");
         }
-        let mut y = before.clone();
-        rope_normal(&mut y, 64, 64, 0, 10000.0);
-        assert_eq!(y, before, "position 0 is the identity");
+    }
+
+    #[test]
+    fn rope_frequency_divisors_slow_each_pair_down() {
+        // Dividing pair i's frequency by dᵢ equals turning by the angle of position pos / dᵢ
+        // (for that pair): compare with a position 4 times smaller on a divisor of 4.
+        let before: Vec<f32> = (0..64).map(|i| (i as f32 * 0.91).cos()).collect();
+        let (mut x, mut y) = (before.clone(), before.clone());
+        rope(&mut x, RopeMode::Normal, 40, Some(&[4.0; 32]));
+        rope(&mut y, RopeMode::Normal, 10, None);
+        for (a, b) in x.iter().zip(&y) {
+            assert!((a - b).abs() < 1e-6);
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub use runner::{Logits, LogitsFor, Model, Runner, SeqInput, Tree};
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] gguf::GgufError),
-    #[error("architecture `{0}` is not supported (supported: llama)")]
+    #[error("architecture `{0}` is not supported (supported: {supported})", supported = config::supported_architectures().join(", "))]
     UnsupportedArchitecture(String),
     #[error("model configuration: {0}")]
     BadConfig(String),

@@ -9,11 +9,11 @@
 use crate::ModelError;
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
-use crate::layers::{BatchRows, KvLayer, Scratch, llama};
+use crate::layers::{BatchRows, KvLayer, Scratch, standard};
 use crate::weights::ModelWeights;
 use kernels::attention::KvShape;
 use kernels::gemm::gemm;
-use kernels::ops::rms_norm;
+use kernels::ops::{RopeFreqs, rms_norm};
 use kernels::quant::{ActMode, dequantize};
 use std::path::Path;
 
@@ -42,6 +42,16 @@ impl Model {
             weights,
             activations: ActMode::default(),
         })
+    }
+
+    /// How RoPE turns each pair of a head's dimensions.
+    pub fn rope_freqs(&self) -> RopeFreqs<'_> {
+        RopeFreqs {
+            rot_dims: self.config.rope_dims,
+            base: self.config.rope_base,
+            freq_scale: self.config.rope_freq_scale,
+            divisors: self.weights.rope_freqs.as_deref(),
+        }
     }
 }
 
@@ -307,7 +317,7 @@ impl Runner {
         let cfg = &model.config;
         let hd = cfg.hidden;
         self.scratch.acts.mode = model.activations;
-        let batch = BatchRows::new(seqs, cfg);
+        let batch = BatchRows::new(seqs, &model.rope_freqs());
         let m = batch.len();
         let mut h = vec![0.0f32; m * hd];
         let embd = model.weights.embeddings.matrix(&model.file);
@@ -325,7 +335,7 @@ impl Runner {
                 values: &mut self.values[l * layer_stride..(l + 1) * layer_stride],
                 shape: self.shape,
             };
-            llama::layer(
+            standard::layer(
                 cfg,
                 &model.file,
                 lw,

@@ -1,7 +1,7 @@
 //! The model's weights: validated descriptors of tensors that stay quantised in the mapped file.
 
 use crate::ModelError;
-use crate::config::ModelConfig;
+use crate::config::{Arch, ModelConfig};
 use crate::gguf::{GgmlType, GgufFile};
 use kernels::gemm::{PackedMatrix, QMatrix};
 use kernels::quant::dequantize;
@@ -60,6 +60,10 @@ pub struct LayerWeights {
     pub wq: Linear,
     pub wk: Linear,
     pub wv: Linear,
+    /// Biases added to the products above (qwen2), each as long as its product's output.
+    pub qkv_bias: Option<[Vec<f32>; 3]>,
+    /// RMS norm weights over each query and each key head, before RoPE (qwen3): `head_dim` long.
+    pub qk_norm: Option<[Vec<f32>; 2]>,
     pub wo: Linear,
     pub ffn_norm: Vec<f32>,
     pub gate: Linear,
@@ -74,6 +78,9 @@ pub struct ModelWeights {
     pub layers: Vec<LayerWeights>,
     pub output_norm: Vec<f32>,
     pub output: Linear,
+    /// Divisors of each RoPE pair's frequency (`rope_freqs.weight`: Llama 3's scaling, which
+    /// converters store as a tensor), `rope_dims / 2` long.
+    pub rope_freqs: Option<Vec<f32>>,
 }
 
 fn linear(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Linear, ModelError> {
@@ -114,10 +121,57 @@ fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelErro
     Ok(out)
 }
 
+/// [`vector`] when the file has the tensor, `None` when it has not.
+fn optional_vector(
+    file: &GgufFile,
+    name: &str,
+    len: usize,
+) -> Result<Option<Vec<f32>>, ModelError> {
+    match file.tensor_info(name) {
+        Some(_) => vector(file, name, len).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Whether an architecture has a group of vectors (all of them or none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Required,
+    /// Loaded when the file has any of them (then it must have all).
+    Optional,
+    /// A file that has them is refused rather than silently run without them.
+    Unused,
+}
+
+fn vectors<const N: usize>(
+    file: &GgufFile,
+    names: [String; N],
+    len: [usize; N],
+    need: Need,
+    arch: Arch,
+) -> Result<Option<[Vec<f32>; N]>, ModelError> {
+    let present = names.iter().find(|n| file.tensor_info(n).is_some());
+    match (need, present) {
+        (Need::Unused, Some(n)) => Err(ModelError::BadTensor(
+            n.clone(),
+            format!("not used by a {} model", arch.name()),
+        )),
+        (Need::Unused, None) | (Need::Optional, None) => Ok(None),
+        (Need::Required, _) | (Need::Optional, Some(_)) => {
+            let mut out = Vec::with_capacity(N);
+            for (name, len) in names.iter().zip(len) {
+                out.push(vector(file, name, len)?);
+            }
+            Ok(out.try_into().ok())
+        }
+    }
+}
+
 impl ModelWeights {
-    /// Finds and checks every tensor of a llama-style model.
+    /// Finds and checks every tensor of the model's architecture.
     pub fn load(file: &GgufFile, cfg: &ModelConfig) -> Result<Self, ModelError> {
         let (h, kv, ffn) = (cfg.hidden, cfg.kv_dim(), cfg.ffn_hidden);
+        let (q, hd) = (cfg.q_dim(), cfg.head_dim);
         let embeddings = linear(file, "token_embd.weight", cfg.vocab_size, h)?;
         let output = if file.tensor_info("output.weight").is_some() {
             linear(file, "output.weight", cfg.vocab_size, h)?
@@ -129,10 +183,31 @@ impl ModelWeights {
                 let p = |s: &str| format!("blk.{i}.{s}");
                 Ok(LayerWeights {
                     attn_norm: vector(file, &p("attn_norm.weight"), h)?,
-                    wq: linear(file, &p("attn_q.weight"), h, h)?,
+                    wq: linear(file, &p("attn_q.weight"), q, h)?,
                     wk: linear(file, &p("attn_k.weight"), kv, h)?,
                     wv: linear(file, &p("attn_v.weight"), kv, h)?,
-                    wo: linear(file, &p("attn_output.weight"), h, h)?,
+                    qkv_bias: vectors(
+                        file,
+                        ["attn_q.bias", "attn_k.bias", "attn_v.bias"].map(p),
+                        [q, kv, kv],
+                        match cfg.arch {
+                            Arch::Qwen2 => Need::Required,
+                            Arch::Llama => Need::Optional,
+                            Arch::Qwen3 => Need::Unused,
+                        },
+                        cfg.arch,
+                    )?,
+                    qk_norm: vectors(
+                        file,
+                        ["attn_q_norm.weight", "attn_k_norm.weight"].map(p),
+                        [hd, hd],
+                        match cfg.arch {
+                            Arch::Qwen3 => Need::Required,
+                            Arch::Llama | Arch::Qwen2 => Need::Unused,
+                        },
+                        cfg.arch,
+                    )?,
+                    wo: linear(file, &p("attn_output.weight"), h, q)?,
                     ffn_norm: vector(file, &p("ffn_norm.weight"), h)?,
                     gate: linear(file, &p("ffn_gate.weight"), ffn, h)?,
                     up: linear(file, &p("ffn_up.weight"), ffn, h)?,
@@ -145,7 +220,16 @@ impl ModelWeights {
             layers,
             output_norm: vector(file, "output_norm.weight", h)?,
             output,
+            rope_freqs: optional_vector(file, "rope_freqs.weight", cfg.rope_dims / 2)?,
         };
+        if let Some(f) = &weights.rope_freqs
+            && let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0))
+        {
+            return Err(ModelError::BadTensor(
+                "rope_freqs.weight".into(),
+                format!("frequency divisor {bad} is not a positive number"),
+            ));
+        }
         weights.pack(file);
         Ok(weights)
     }

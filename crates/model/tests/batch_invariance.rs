@@ -1,6 +1,7 @@
 //! Batch invariance on the real model, in both activation modes: a sequence's logits are bitwise
 //! the same alone, inside a batch of any size (joining at different steps), as a prefill chunk or
-//! token by token.
+//! token by token; and the same on the other architectures' layers (the synthetic qwen3 and
+//! Llama 3 models of the reference fixtures: Q/K norms, a wider attention, RoPE divisors).
 
 mod common;
 
@@ -18,13 +19,38 @@ fn argmax(v: &[f32]) -> u32 {
 
 /// Eight different prompts (token ids of ordinary text), of different lengths.
 fn prompts() -> Vec<Vec<u32>> {
+    prompts_in(49_152)
+}
+
+/// [`prompts`] for a vocabulary of `vocab` tokens.
+fn prompts_in(vocab: usize) -> Vec<Vec<u32>> {
     (0..8u32)
         .map(|i| {
             (0..(5 + 3 * i))
-                .map(|j| 200 + (i * 977 + j * 131) % 20_000)
+                .map(|j| (200 + (i * 977 + j * 131) % 20_000) % vocab as u32)
                 .collect()
         })
         .collect()
+}
+
+/// The synthetic models of the other architectures (scripts/reference/synthetic.sh).
+fn synthetic_models() -> Vec<Model> {
+    let dir = common::data_dir("reference").join("synthetic");
+    ["qwen3.gguf", "llama3.gguf"]
+        .iter()
+        .map(|f| Model::load(&dir.join(f)).unwrap())
+        .collect()
+}
+
+#[test]
+fn every_architecture_is_batch_invariant() {
+    for mut model in synthetic_models() {
+        for mode in ActMode::ALL {
+            model.activations = mode;
+            batched_equals_alone(&model);
+            chunk_equals_one_by_one(&model);
+        }
+    }
 }
 
 /// Blocks of sequence `i` in a shared pool: disjoint ranges.
@@ -67,7 +93,7 @@ fn batched_decoding_is_bitwise_identical_to_decoding_alone() {
 }
 
 fn batched_equals_alone(model: &Model) {
-    let prompts = prompts();
+    let prompts = prompts_in(model.config.vocab_size);
     let steps = 6;
     let expected: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| alone(model, p, steps)).collect();
 
@@ -126,7 +152,7 @@ fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
 }
 
 fn chunk_equals_one_by_one(model: &Model) {
-    let prompt = &prompts()[5];
+    let prompt = &prompts_in(model.config.vocab_size)[5];
     let table = blocks(0, 4);
 
     let mut chunked = Runner::new(&model.config, BLOCK, 4);

@@ -5,7 +5,10 @@
 //!
 //! One test per weight format: the shipped Q4_1 file, and the Q4_K_M and Q4_0 files that
 //! scripts/requantize.sh makes from it (each with its own reference, computed on that file's own
-//! weights, in `data/reference/FORMAT/`). Each runs both activation modes and prints a table row
+//! weights, in `data/reference/FORMAT/`); and one per other real model, by the name `specula model
+//! pull` knows it by (`data/reference/NAME/`, with its own tokens); and one per architecture that
+//! no reachable file has (qwen3, Llama 3's RoPE scaling), on tiny random-weight models written by
+//! scripts/reference/synthetic.sh (`data/reference/synthetic/`, models and tokens committed). Each runs both activation modes and prints a table row
 //! per mode (`cargo test --release --test reference_numpy -- --nocapture`). Int16 must be at
 //! least as good as llama.cpp; Int8 (what llama.cpp itself does) must stay close to it.
 
@@ -83,20 +86,37 @@ struct Fixture {
     ref_lp: Vec<f32>,
     cpp: Figures,
     exact_ppl: f64,
+    chunk: usize,
+}
+
+/// A model by name has lower-case letters, digits, dots and dashes; a format is upper-case.
+fn is_model_name(name: &str) -> bool {
+    name.contains(['.', '-']) && !name.bytes().any(|b| b.is_ascii_uppercase())
 }
 
 fn load_fixture(format: &'static str) -> Fixture {
     let base = common::data_dir("reference");
     // Q4_1's fixtures are the folder itself; a requantised format's are in a subfolder, with
-    // the same tokens (regenerate.sh checks that) and llama.cpp's figures in meta.json only.
+    // the same tokens (regenerate.sh checks that) and llama.cpp's figures in meta.json only; a
+    // named model's subfolder has its own tokens.
     let dir = if format == "Q4_1" {
         base.clone()
     } else {
         base.join(format)
     };
-    let tokens = read_u32(&base.join("tokens.bin"));
+    let named = is_model_name(format);
+    let synthetic = format.starts_with("synthetic/");
+    let tokens_dir = match (named, synthetic) {
+        (true, _) => dir.clone(),
+        (_, true) => base.join("synthetic"),
+        _ => base.clone(),
+    };
+    let tokens = read_u32(&tokens_dir.join("tokens.bin"));
     let n = tokens.len();
-    assert!(n >= 2000, "the text must have at least 2,000 tokens");
+    assert!(
+        synthetic || n >= 2000,
+        "the text must have at least 2,000 tokens"
+    );
     let meta_path = dir.join("meta.json");
     let meta: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(&meta_path)
@@ -116,7 +136,16 @@ fn load_fixture(format: &'static str) -> Fixture {
         (n * K, n * K, n - 1)
     );
 
-    let model = common::requantized_model_path(format);
+    let file = meta["model"]["file"]
+        .as_str()
+        .expect("meta.json: model.file");
+    let model = if named {
+        common::named_model_path(format, file)
+    } else if synthetic {
+        tokens_dir.join(file)
+    } else {
+        common::requantized_model_path(format)
+    };
     let want = meta["model"]["sha256"]
         .as_str()
         .expect("meta.json: model.sha256");
@@ -165,6 +194,9 @@ fn load_fixture(format: &'static str) -> Fixture {
         }
     };
     let exact_ppl = (-ref_target.iter().sum::<f64>() / (n - 1) as f64).exp();
+    let chunk = meta["chunking"]["chunk_size"]
+        .as_u64()
+        .map_or(CHUNK, |c| c as usize);
     Fixture {
         format,
         model,
@@ -173,6 +205,7 @@ fn load_fixture(format: &'static str) -> Fixture {
         ref_lp,
         cpp,
         exact_ppl,
+        chunk,
     }
 }
 
@@ -180,11 +213,11 @@ fn load_fixture(format: &'static str) -> Fixture {
 fn specula_figures(model: &Model, fx: &Fixture) -> Figures {
     let (tokens, ref_ids, ref_lp) = (&fx.tokens, &fx.ref_ids, &fx.ref_lp);
     let n = tokens.len();
-    let blocks: Vec<u32> = (0..(CHUNK / 16) as u32).collect();
+    let blocks: Vec<u32> = (0..fx.chunk.div_ceil(16) as u32).collect();
     let mut runner = Runner::new(&model.config, 16, blocks.len());
     let (mut agree, mut kl_sum, mut nll) = (0usize, 0.0f64, 0.0f64);
-    for start in (0..n).step_by(CHUNK) {
-        let chunk = &tokens[start..(start + CHUNK).min(n)];
+    for start in (0..n).step_by(fx.chunk) {
+        let chunk = &tokens[start..(start + fx.chunk).min(n)];
         let input = SeqInput {
             tokens: chunk,
             start_pos: 0,
@@ -339,4 +372,19 @@ fn q4_k_m_closer_to_the_exact_model_than_llama_cpp() {
 #[test]
 fn q4_0_closer_to_the_exact_model_than_llama_cpp() {
     check_format("Q4_0");
+}
+
+#[test]
+fn qwen2_5_coder_closer_to_the_exact_model_than_llama_cpp() {
+    check_format("qwen2.5-coder-0.5b");
+}
+
+#[test]
+fn synthetic_qwen3_closer_to_the_exact_model_than_llama_cpp() {
+    check_format("synthetic/qwen3");
+}
+
+#[test]
+fn synthetic_llama3_rope_closer_to_the_exact_model_than_llama_cpp() {
+    check_format("synthetic/llama3");
 }

@@ -1,5 +1,6 @@
-//! The tokenizer against llama.cpp on the real SmolLM2 GGUF: the same ids for every string of the
-//! corpus made by `scripts/tokenizer/make_reference.py`, and decoding gives the text back.
+//! The tokenizer against llama.cpp on the real GGUFs (SmolLM2, Qwen2.5-Coder): the same ids for
+//! every string of the corpus made by `scripts/tokenizer/make_reference.py`, and decoding gives
+//! the text back.
 
 mod common;
 
@@ -14,6 +15,9 @@ struct Case {
     parse_special: bool,
 }
 
+/// Qwen2.5-Coder's corpus folder (in `data/tokenizer/`), named as `specula model pull` names it.
+const QWEN: &str = "qwen2.5-coder-0.5b";
+
 fn tokenizer() -> &'static Tokenizer {
     static TOK: OnceLock<Tokenizer> = OnceLock::new();
     TOK.get_or_init(|| {
@@ -22,8 +26,21 @@ fn tokenizer() -> &'static Tokenizer {
     })
 }
 
+/// The tokenizer of model `name`, whose corpus is in `data/tokenizer/NAME/`.
+fn named_tokenizer(name: &str) -> Tokenizer {
+    let dir = common::data_dir("tokenizer").join(name);
+    let path = common::named_model_path(name, &common::source_model_file(&dir));
+    let gguf = GgufFile::open(&path).expect("open the model");
+    Tokenizer::from_gguf(&gguf).expect("build the tokenizer")
+}
+
 fn corpus() -> Vec<Case> {
-    let path = common::data_dir("tokenizer").join("corpus.jsonl");
+    corpus_in("")
+}
+
+/// The corpus in `data/tokenizer/SUB/`.
+fn corpus_in(sub: &str) -> Vec<Case> {
+    let path = common::data_dir("tokenizer").join(sub).join("corpus.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .enumerate()
@@ -35,15 +52,22 @@ fn corpus() -> Vec<Case> {
 
 #[test]
 fn every_corpus_string_gets_llama_cpp_ids() {
-    let tok = tokenizer();
-    let cases = corpus();
+    same_ids_as_llama_cpp(tokenizer(), &corpus());
+}
+
+#[test]
+fn qwen_gets_llama_cpp_ids_for_every_corpus_string() {
+    same_ids_as_llama_cpp(&named_tokenizer(QWEN), &corpus_in(QWEN));
+}
+
+fn same_ids_as_llama_cpp(tok: &Tokenizer, cases: &[Case]) {
     assert!(
         cases.len() >= 200,
         "corpus has only {} strings",
         cases.len()
     );
     let mut failures = Vec::new();
-    for c in &cases {
+    for c in cases {
         let got = tok.encode(&c.text, true, c.parse_special).expect("encode");
         if got != c.ids {
             failures.push(format!(
@@ -104,4 +128,26 @@ fn special_tokens_match_llama_cpp() {
     assert_eq!(tok.encode("<|im_end|>", false, true).unwrap(), [2]);
     assert_eq!(tok.token_to_piece(2, false), Some(&b""[..]));
     assert_eq!(tok.token_to_piece(2, true), Some(&b"<|im_end|>"[..]));
+}
+
+#[test]
+fn qwen_special_tokens_match_llama_cpp() {
+    let tok = named_tokenizer(QWEN);
+    assert_eq!(tok.kind(), ("gpt2", "qwen2"));
+    assert_eq!(tok.vocab_size(), 151_936);
+    assert_eq!((tok.bos_id(), tok.eos_id()), (Some(151_643), Some(151_645)));
+    // As llama.cpp prints them: a stray `</s>` (a normal token that looks like control, which
+    // llama.cpp retypes and adds), <|endoftext|>, <|im_end|>, and the FIM pad, repo-name and
+    // file-separator tokens.
+    assert_eq!(
+        tok.eog_ids(),
+        [128_247, 151_643, 151_645, 151_662, 151_663, 151_664]
+    );
+    assert!(!tok.add_bos() && !tok.add_eos());
+    // <tool_call> is user-defined: text, whether specials are shown or not.
+    assert_eq!(
+        tok.token_to_piece(151_657, false),
+        Some(&b"<tool_call>"[..])
+    );
+    assert_eq!(tok.encode("<tool_call>", false, false).unwrap(), [151_657]);
 }

@@ -1,17 +1,16 @@
-//! The pieces transformer layers are built from, and one file per architecture that assembles
-//! them (`llama.rs`; `qwen2` and `gemma3` differ in a few places: biases on Q/K/V, RoPE mode,
-//! extra norms, GELU, and follow as small files of their own).
+//! The pieces transformer layers are built from, and the files that assemble them into an
+//! architecture's layer (`standard.rs`: llama, qwen2, qwen3).
 //!
 //! Every piece works row by row (a row is one token of one sequence) or through products that fix
 //! their reduction order per output element, so the forward pass stays batch-invariant.
 
-pub(crate) mod llama;
+pub(crate) mod standard;
 
 use crate::SeqInput;
 use crate::config::ModelConfig;
 use kernels::attention::{Context, KvShape, paged_attention_group, write_kv};
 use kernels::gemm::Activations;
-use kernels::ops::{rms_norm, rope_angles, rope_apply};
+use kernels::ops::{RopeFreqs, rms_norm, rope_angles, rope_apply};
 use rayon::prelude::*;
 
 /// One row of the batch: a token of one sequence.
@@ -50,7 +49,7 @@ pub(crate) struct BatchRows<'a> {
 }
 
 impl<'a> BatchRows<'a> {
-    pub fn new(seqs: &'a [SeqInput<'a>], cfg: &ModelConfig) -> Self {
+    pub fn new(seqs: &'a [SeqInput<'a>], freqs: &RopeFreqs<'_>) -> Self {
         let mut rows = Vec::new();
         for (seq, s) in seqs.iter().enumerate() {
             for slot in s.start_pos..s.start_pos + s.tokens.len() {
@@ -79,7 +78,7 @@ impl<'a> BatchRows<'a> {
             .iter()
             .map(|r| {
                 let mut a = Vec::new();
-                rope_angles(r.pos, cfg.rope_dims, cfg.rope_base, &mut a);
+                rope_angles(r.pos, freqs, &mut a);
                 a
             })
             .collect();
@@ -112,10 +111,10 @@ impl Scratch {
         let (hd, kvd, ffn) = (cfg.hidden, cfg.kv_dim(), cfg.ffn_hidden);
         for (buf, width) in [
             (&mut self.normed, hd),
-            (&mut self.q, cfg.n_heads * cfg.head_dim),
+            (&mut self.q, cfg.q_dim()),
             (&mut self.k, kvd),
             (&mut self.v, kvd),
-            (&mut self.attn, cfg.n_heads * cfg.head_dim),
+            (&mut self.attn, cfg.q_dim()),
             (&mut self.proj, hd),
             (&mut self.gate, ffn),
             (&mut self.up, ffn),
@@ -140,11 +139,20 @@ pub(crate) fn norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// Rotates each row's queries and keys by its position (llama.cpp's "normal" RoPE: adjacent
-/// pairs), then stores its keys and values in the sequence's KV blocks.
+/// `x ← RMSNorm(x) · weight` over each head (`weight.len()` values) of every row.
+pub(crate) fn norm_heads(x: &mut [f32], weight: &[f32], eps: f32) {
+    let mut head = vec![0.0; weight.len()];
+    for chunk in x.chunks_exact_mut(weight.len()) {
+        head.copy_from_slice(chunk);
+        rms_norm(&head, weight, eps, chunk);
+    }
+}
+
+/// Rotates each row's queries and keys by its position (RoPE as the architecture pairs it), then
+/// stores its keys and values in the sequence's KV blocks.
 pub(crate) fn rope_and_store(
     batch: &BatchRows<'_>,
-    head_dim: usize,
+    cfg: &ModelConfig,
     q: &mut [f32],
     k: &mut [f32],
     v: &[f32],
@@ -152,8 +160,9 @@ pub(crate) fn rope_and_store(
 ) {
     let (qd, kvd) = (q.len() / batch.len(), kv.shape.token_stride());
     for (r, row) in batch.rows.iter().enumerate() {
-        rope_apply(&mut q[r * qd..(r + 1) * qd], head_dim, &batch.angles[r]);
-        rope_apply(&mut k[r * kvd..(r + 1) * kvd], head_dim, &batch.angles[r]);
+        let (hd, mode, angles) = (cfg.head_dim, cfg.rope_mode, &batch.angles[r]);
+        rope_apply(&mut q[r * qd..(r + 1) * qd], hd, mode, angles);
+        rope_apply(&mut k[r * kvd..(r + 1) * kvd], hd, mode, angles);
         write_kv(
             kv.keys,
             kv.values,

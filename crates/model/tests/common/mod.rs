@@ -52,6 +52,31 @@ pub fn requantized_model_path(format: &str) -> PathBuf {
     path
 }
 
+/// Model `name`'s file (`file`, as its fixtures record it) in specula's model cache, where
+/// `specula model pull NAME` puts it. Panics with that command when the file is not there.
+pub fn named_model_path(name: &str, file: &str) -> PathBuf {
+    let hint = format!("run `specula model pull {name}`");
+    let path = specula_home(&hint).join("models").join(file);
+    assert!(
+        path.is_file(),
+        "model file {} not found: {hint}",
+        path.display()
+    );
+    path
+}
+
+/// The file named on the `model:` line of a fixture folder's SOURCE file.
+pub fn source_model_file(dir: &Path) -> String {
+    let source = std::fs::read_to_string(dir.join("SOURCE"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    source
+        .lines()
+        .find_map(|l| l.strip_prefix("model: "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{}/SOURCE has no `model:` line", dir.display()))
+        .to_string()
+}
+
 /// The SHA-256 of a file, as lowercase hex.
 pub fn sha256_hex(path: &Path) -> String {
     use sha2::{Digest, Sha256};

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 /// The model families' tool-call formats (`--tool-call-parser`, SGLang's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolFormat {
-    /// `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Hermes, Qwen 2.5, Qwen 3).
+    /// `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Hermes, Qwen 2.5, Qwen 3); a
+    /// whole answer that is such an object without the tags, naming an offered tool, is a call
+    /// too (Qwen2.5-Coder writes them so).
     Hermes,
     /// `{"name": …, "parameters": {…}}` at the start of the message, several joined by `;`,
     /// optionally after `<|python_tag|>` (Llama 3.1–3.3 JSON tool calling).
@@ -52,6 +54,9 @@ pub(super) struct Markup {
     pub prefixes: &'static [&'static str],
     /// Dropped between calls.
     pub separator: Option<char>,
+    /// A call opened without a marker is one only if it is the whole message and names an
+    /// offered tool (it is held to the end); otherwise it is content.
+    pub implicit_is_whole: bool,
 }
 
 const DS_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
@@ -108,9 +113,13 @@ impl ToolFormat {
                 wrappers,
                 prefixes,
                 separator,
+                implicit_is_whole: false,
             }
         }
-        static HERMES: Markup = m(&["<tool_call>"], None, &[], &[], None);
+        static HERMES: Markup = Markup {
+            implicit_is_whole: true,
+            ..m(&["<tool_call>"], Some('{'), &[], &[], None)
+        };
         static LLAMA3: Markup = m(
             &[],
             Some('{'),
@@ -196,7 +205,7 @@ impl ToolFormat {
     pub(super) fn looks_like_call(self, body: &str) -> Option<bool> {
         let rest = body.get(1..)?.trim_start();
         match self {
-            Self::Llama3 => rest.chars().next().map(|c| c == '"'),
+            Self::Llama3 | Self::Hermes => rest.chars().next().map(|c| c == '"'),
             Self::Pythonic => {
                 let ident =
                     rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))?;
@@ -267,6 +276,8 @@ impl ToolFormat {
                 }
                 Err(_) => body.contains("\"name\""),
             },
+            // A bare object that is not a call of an offered tool is an answer in JSON.
+            Self::Hermes => false,
             // Only bodies that start `[name(` get this far.
             _ => true,
         }

@@ -144,8 +144,12 @@ impl ToolParser {
                         }
                     }
                 }
-                let Some((body_len, used)) = self.format.body_end(&self.pending, &mut self.scan)
-                else {
+                let whole = opener.is_empty() && self.markup.implicit_is_whole;
+                let end = match whole {
+                    true => None,
+                    false => self.format.body_end(&self.pending, &mut self.scan),
+                };
+                let Some((body_len, used)) = end else {
                     if at_end {
                         let body = std::mem::take(&mut self.pending);
                         self.open = None;
@@ -218,6 +222,7 @@ impl ToolParser {
         }
         if let Some(c) = self.markup.implicit
             && t.starts_with(c)
+            && !(self.markup.implicit_is_whole && (self.calls > 0 || self.names.is_empty()))
         {
             self.pending.drain(..skip);
             self.open_call("");
@@ -539,6 +544,47 @@ mod tests {
             events,
             [ToolEvent::Malformed, ToolEvent::Content(text.to_string())]
         );
+    }
+
+    #[test]
+    fn a_whole_hermes_answer_that_is_a_bare_call_of_an_offered_tool_is_a_call() {
+        // Qwen2.5-Coder answers a weather question with the object alone, without the tags.
+        let named = |text: &str, names: &[&str]| -> Vec<ToolEvent> {
+            let mut p = ToolParser::new(Hermes, 1)
+                .with_names(names.iter().map(|n| n.to_string()).collect());
+            let mut events: Vec<ToolEvent> = text
+                .split_inclusive([',', ' '])
+                .flat_map(|piece| p.push(piece))
+                .collect();
+            events.extend(p.finish());
+            events
+        };
+        let call = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+        let events = named(&format!("\n{call}\n"), &["get_weather"]);
+        assert!(
+            matches!(&events[..], [ToolEvent::Start { name, .. }, ToolEvent::Arguments { fragment, .. }]
+                if name == "get_weather" && fragment == r#"{"city":"Paris"}"#),
+            "{events:?}"
+        );
+        // Not a call: another name, no tools offered, text after the object, a JSON answer.
+        for (text, names) in [
+            (
+                call.replace("get_weather", "get_time"),
+                &["get_weather"][..],
+            ),
+            (call.to_string(), &[][..]),
+            (format!("{call} Shall I?"), &["get_weather"][..]),
+            ("{\"city\": \"Paris\"}".to_string(), &["get_weather"][..]),
+        ] {
+            let mut content = String::new();
+            for e in named(&text, names) {
+                match e {
+                    ToolEvent::Content(c) => content.push_str(&c),
+                    other => panic!("{text}: {other:?}"),
+                }
+            }
+            assert_eq!(content, text);
+        }
     }
 
     #[test]
