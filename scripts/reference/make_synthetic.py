@@ -2,7 +2,8 @@
 """make_synthetic.py — tiny random-weight GGUF models for the architectures no reachable file has.
 
 No Qwen3 or Llama 3 (RoPE-scaled) GGUF can be downloaded here, so their forward passes are checked
-on synthetic weights instead: this script writes, with the `gguf` package,
+on synthetic weights instead (and Gemma 3's sliding window in a form small enough for CI and for
+windows that cross many KV blocks): this script writes, with the `gguf` package,
 
     qwen3.gguf    arch qwen3: 2 layers, hidden 64, 4 query heads of 32 (so the attention width, 128,
                   differs from the hidden size), 2 KV heads, per-head Q/K RMS norms, no biases, tied
@@ -11,6 +12,9 @@ on synthetic weights instead: this script writes, with the `gguf` package,
                   Llama 3's frequency scaling stored as `rope_freqs.weight` (the converter's formula,
                   factor 8, low/high frequency factors 1 and 4, original context 64 so that the
                   three regions of the formula all occur among the 8 pairs), untied output
+    gemma3.gguf   arch gemma3: 6 layers (5 local, the last global), hidden 64, 4 heads of 32, 1 KV
+                  head, a sliding window of 24 positions, post-attention and post-FFN norms,
+                  GeGLU, embeddings scaled by 8, tied output
 
 and tokens.json / tokens.bin / tokens.i32: 384 random token ids, the same for both. Matrices are
 Q8_0 (the feed-forward down projection Q5_0), norms F32; weights are seeded random numbers, so
@@ -105,8 +109,8 @@ class Builder:
         w.close()
 
 
-def common_layers(b: Builder, heads: int, kv_heads: int, head_dim: int):
-    for i in range(LAYERS):
+def common_layers(b: Builder, heads: int, kv_heads: int, head_dim: int, layers: int = LAYERS):
+    for i in range(layers):
         p = f"blk.{i}."
         b.vector(p + "attn_norm.weight", HIDDEN)
         b.matrix(p + "attn_q.weight", heads * head_dim, HIDDEN, scale=2.0)
@@ -117,14 +121,17 @@ def common_layers(b: Builder, heads: int, kv_heads: int, head_dim: int):
         b.matrix(p + "ffn_gate.weight", FFN, HIDDEN)
         b.matrix(p + "ffn_up.weight", FFN, HIDDEN)
         b.matrix(p + "ffn_down.weight", HIDDEN, FFN, QT.Q5_0)
-        if b.arch == "qwen3":
+        if b.arch in ("qwen3", "gemma3"):
             b.vector(p + "attn_q_norm.weight", head_dim)
             b.vector(p + "attn_k_norm.weight", head_dim)
+        if b.arch == "gemma3":
+            b.vector(p + "post_attention_norm.weight", HIDDEN)
+            b.vector(p + "post_ffw_norm.weight", HIDDEN)
 
 
-def base_meta(heads: int, kv_heads: int, head_dim: int, rope_base: float) -> dict:
+def base_meta(heads: int, kv_heads: int, head_dim: int, rope_base: float, layers: int = LAYERS) -> dict:
     return {
-        "add_block_count": LAYERS,
+        "add_block_count": layers,
         "add_context_length": 4096,
         "add_embedding_length": HIDDEN,
         "add_feed_forward_length": FFN,
@@ -178,11 +185,20 @@ def main():
     meta["add_rope_dimension_count"] = 16
     l.write(out / "llama3.gguf", meta, "llama-bpe")
 
+    g = Builder("gemma3", seed=6)
+    g.matrix("token_embd.weight", n_vocab, HIDDEN, scale=2.0)
+    common_layers(g, heads=4, kv_heads=1, head_dim=32, layers=6)
+    g.vector("output_norm.weight", HIDDEN)
+    meta = base_meta(4, 1, 32, 1e6, layers=6)
+    meta["add_sliding_window"] = 24
+    g.write(out / "gemma3.gguf", meta, "default")
+
     ids = np.random.default_rng(5).integers(0, n_vocab - 1, N_TOKENS)
     (out / "tokens.json").write_text(json.dumps({"ids": ids.tolist()}, separators=(",", ":")) + "\n")
     ids.astype("<u4").tofile(out / "tokens.bin")
     ids.astype("<i4").tofile(out / "tokens.i32")
-    print(f"make_synthetic: wrote qwen3.gguf, llama3.gguf and {N_TOKENS} tokens to {out}", file=sys.stderr)
+    print(f"make_synthetic: wrote qwen3.gguf, llama3.gguf, gemma3.gguf and {N_TOKENS} tokens to {out}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""numpy_forward.py — exact float64 NumPy reference forward pass of a GGUF model (llama, qwen2, qwen3).
+"""numpy_forward.py — exact float64 NumPy reference forward pass of a GGUF model (llama, qwen2, qwen3,
+gemma3).
 
 Part of specula's reference fixtures (see scripts/reference/README.md; regenerate.sh runs it).
 It reads the GGUF file with the `gguf` package, dequantises every tensor with
@@ -19,6 +20,15 @@ forward pass in float64 throughout:
                 h = rmsnorm(x) * ffn_norm
                 x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
     logits = (rmsnorm(x) * output_norm) W_out^T              (W_out = output.weight, or token_embd when tied)
+
+gemma3 differs (llama.cpp's llm_build_gemma3): x = token_embd[ids] * sqrt(n_embd) (the square root in
+float32, as ggml takes it); Q/K head norms as qwen3; the local layers (all but every sixth) use RoPE
+base 10000 unscaled and attend only to the last `attention.sliding_window` positions (their own
+included), the global ones the file's base and scaling over the whole chunk; q is scaled by
+1/sqrt(head_dim) (exact: a power of two for head_dim 256); attention and feed-forward outputs go
+through rmsnorm * post_attention_norm / post_ffw_norm before the residual add; the feed-forward is
+gelu_tanh(g) * u (the exact formula; ggml's CPU path uses an f16 table); the norm weights already
+include Gemma's "+1". Final-logit soft-capping applies only without a sliding window.
 
 RoPE: llama.cpp evaluates the `llama` architecture with rope mode 0 ("NORMAL"), which rotates
 ADJACENT pairs (x[2i], x[2i+1]) by pos * base^(-2i/n_rot). Hugging Face's Llama rotates the halves
@@ -64,7 +74,10 @@ from gguf import GGMLQuantizationType as QT
 
 
 # llama.cpp's rope type of each architecture (llama_model_rope_type).
-ROPE_MODES = {"llama": "normal", "qwen2": "neox", "qwen3": "neox"}
+ROPE_MODES = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "gemma3": "neox"}
+# Gemma 3's local layers: all but every sixth; their RoPE base (hard-coded by llama.cpp).
+GEMMA3_GLOBAL_EVERY = 6
+GEMMA3_LOCAL_ROPE_BASE = 10000.0
 
 
 def log(msg: str) -> None:
@@ -169,7 +182,7 @@ def _k_scales_mins(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Model:
-    """Float64 weights and hyper-parameters of a llama, qwen2 or qwen3 GGUF file."""
+    """Float64 weights and hyper-parameters of a llama, qwen2, qwen3 or gemma3 GGUF file."""
 
     def __init__(self, path: str, check_exact: bool = True):
         t0 = time.time()
@@ -194,6 +207,10 @@ class Model:
         if scaling not in (None, "none", "linear"):
             raise SystemExit(f"numpy_forward: rope scaling {scaling!r} is not implemented")
         self.freq_scale = 1.0 / factor if scaling == "linear" and factor not in (0.0, 1.0) else 1.0
+        window = int(field_value(r, p + "attention.sliding_window", 0) or 0)
+        self.window = window if arch == "gemma3" and window > 0 else None
+        cap = float(field_value(r, p + "final_logit_softcapping", 0.0) or 0.0)
+        self.softcap = cap if arch == "gemma3" and self.window is None and cap > 0 else None
         self.metadata = {
             "general.architecture": arch,
             "general.name": field_value(r, "general.name"),
@@ -209,6 +226,8 @@ class Model:
             p + "attention.key_length": self.head_dim,
             p + "rope.scaling.type": scaling,
             p + "rope.scaling.factor": factor,
+            p + "attention.sliding_window": field_value(r, p + "attention.sliding_window"),
+            p + "final_logit_softcapping": field_value(r, p + "final_logit_softcapping"),
             p + "attention.layer_norm_rms_epsilon": self.eps,
             p + "vocab_size": field_value(r, p + "vocab_size"),
             "tokenizer.ggml.model": field_value(r, "tokenizer.ggml.model"),
@@ -308,12 +327,21 @@ def forward(m: Model, ids: np.ndarray, rope_mode: str | None = None) -> np.ndarr
     H, HKV, D = m.n_head, m.n_head_kv, m.head_dim
     group = H // HKV
     rope_mode = rope_mode or m.rope_mode
-    cos, sin = rope_tables(T, m.n_rot, m.rope_base, m.freq_scale, m.rope_freqs)
+    gemma = m.arch == "gemma3"
+    global_rope = rope_tables(T, m.n_rot, m.rope_base, m.freq_scale, m.rope_freqs)
+    local_rope = rope_tables(T, m.n_rot, GEMMA3_LOCAL_ROPE_BASE) if m.window else global_rope
     mask = np.triu(np.full((T, T), -np.inf), k=1)
+    if m.window:                                                 # query i sees keys i-window+1..i
+        local_mask = mask + np.tril(np.full((T, T), -np.inf), k=-m.window)
     scale = 1.0 / np.sqrt(D)
 
     x = m.w["token_embd.weight"][ids]                            # [T, n_embd]
+    if gemma:
+        x = x * float(np.sqrt(np.float32(m.n_embd)))
     for layer in range(m.n_layer):
+        local = m.window is not None and layer % GEMMA3_GLOBAL_EVERY != GEMMA3_GLOBAL_EVERY - 1
+        cos, sin = local_rope if local else global_rope
+        layer_mask = local_mask if local else mask
         w = lambda name: m.w[f"blk.{layer}.{name}.weight"]      # noqa: E731
         h = rmsnorm(x, w("attn_norm"), m.eps)
         q = (h @ w("attn_q").T).reshape(T, H, D)
@@ -332,19 +360,31 @@ def forward(m: Model, ids: np.ndarray, rope_mode: str | None = None) -> np.ndarr
         out = np.empty((T, H, D))
         for hh in range(H):
             kv = hh // group
-            s = (q[:, hh, :] @ k[:, kv, :].T) * scale + mask     # [T, T]
+            s = (q[:, hh, :] @ k[:, kv, :].T) * scale + layer_mask   # [T, T]
             s = s - s.max(axis=1, keepdims=True)
             p = np.exp(s)
             p /= p.sum(axis=1, keepdims=True)
             out[:, hh, :] = p @ v[:, kv, :]
-        x = x + out.reshape(T, H * D) @ w("attn_output").T
+        a = out.reshape(T, H * D) @ w("attn_output").T
+        if gemma:
+            a = rmsnorm(a, w("post_attention_norm"), m.eps)
+        x = x + a
         h = rmsnorm(x, w("ffn_norm"), m.eps)
         g = h @ w("ffn_gate").T
         u = h @ w("ffn_up").T
-        f = (g / (1.0 + np.exp(-g))) * u                          # silu(g) * u
-        x = x + f @ w("ffn_down").T
+        if gemma:                                                 # gelu_tanh(g) * u
+            f = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * g * (1.0 + 0.044715 * g * g))) * u
+        else:
+            f = (g / (1.0 + np.exp(-g))) * u                      # silu(g) * u
+        f = f @ w("ffn_down").T
+        if gemma:
+            f = rmsnorm(f, w("post_ffw_norm"), m.eps)
+        x = x + f
     h = rmsnorm(x, m.w["output_norm.weight"], m.eps)
-    return h @ m.out_weight().T
+    logits = h @ m.out_weight().T
+    if m.softcap:
+        logits = m.softcap * np.tanh(logits / m.softcap)
+    return logits
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # synthetic.sh — the reference fixtures of the architectures checked on synthetic weights only
-# (qwen3 and Llama 3's RoPE scaling: no such GGUF is reachable here), in
+# (qwen3 and Llama 3's RoPE scaling: no such GGUF is reachable here), and of a small gemma3
+# whose sliding window (24 positions) the 128-token chunks cross many times, in
 # crates/model/tests/data/reference/synthetic/.
 #
-# make_synthetic.py writes two tiny random-weight GGUFs and 384 token ids (committed: 130 KB
+# make_synthetic.py writes three tiny random-weight GGUFs and 384 token ids (committed: 130 KB
 # each); then for each model, as regenerate.sh does for the real ones, teacher-forced in chunks
 # of 128 tokens: llama.cpp's logits (llamacpp_logits.c) and the float64 NumPy reference
 # (numpy_forward.py), kept as the reference's top-20, llama.cpp's top-20, llama.cpp's
@@ -34,7 +35,7 @@ cc -O2 -std=c11 -Wall -I"$LLAMA_SRC/include" -I"$LLAMA_SRC/ggml/include" scripts
 mkdir -p "$OUT"
 "$PY" scripts/reference/make_synthetic.py "$OUT"
 mv "$OUT/tokens.i32" "$WORK/tokens.i32"
-for arch in qwen3 llama3; do
+for arch in qwen3 llama3 gemma3; do
     dir="$OUT/$arch"
     mkdir -p "$dir"
     "$WORK/llamacpp_logits" "$OUT/$arch.gguf" "$WORK/tokens.i32" "$CHUNK" "$THREADS" "$WORK/$arch-cpp.f32"

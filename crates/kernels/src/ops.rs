@@ -1,5 +1,6 @@
-//! Row-wise operations of a transformer layer: RMSNorm, RoPE, SwiGLU, biases, softmax. Each works on one
-//! row at a time and depends on nothing else, which keeps the whole forward pass batch-invariant.
+//! Row-wise operations of a transformer layer: RMSNorm, RoPE, gated activations (SwiGLU,
+//! GeGLU), biases, softmax. Each works on one row at a time and depends on nothing else, which
+//! keeps the whole forward pass batch-invariant.
 
 /// `out = x / sqrt(mean(x²) + eps) · weight`, the sum of squares accumulated in f64 (as GGML does).
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
@@ -69,13 +70,29 @@ pub fn rope_apply(x: &mut [f32], head_dim: usize, mode: RopeMode, angles: &[(f32
     }
 }
 
-/// `gate ← silu(gate) · up`, SwiGLU's gating.
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    silu_mul_on(crate::gemm::isa(), gate, up);
+/// The activation of a gated feed-forward's gate: SwiGLU's SiLU (llama, Qwen) or GeGLU's
+/// tanh-approximated GELU (Gemma, `gelu_pytorch_tanh`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    Silu,
+    GeluTanh,
 }
 
-/// [`silu_mul`] on the kernels of `isa` (which the CPU must have).
-fn silu_mul_on(isa: crate::gemm::Isa, gate: &mut [f32], up: &[f32]) {
+/// √(2/π), GELU's tanh approximation's constant.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+/// The cubic term's coefficient of that approximation.
+const GELU_CUBIC: f32 = 0.044_715;
+
+/// `gate ← act(gate) · up`. Both activations are `x · σ(z)`: SiLU with `z = x`, and the tanh
+/// GELU `0.5·x·(1 + tanh(u))` with `z = 2u`, `u = √(2/π)·x·(1 + 0.044715·x²)` (the same function,
+/// since `(1 + tanh u)/2 = σ(2u)`; computed exactly in f32, where llama.cpp's CPU GELU goes
+/// through an f16 table).
+pub fn gated_mul(act: Gate, gate: &mut [f32], up: &[f32]) {
+    gated_mul_on(crate::gemm::isa(), act, gate, up);
+}
+
+/// [`gated_mul`] on the kernels of `isa` (which the CPU must have).
+fn gated_mul_on(isa: crate::gemm::Isa, act: Gate, gate: &mut [f32], up: &[f32]) {
     use crate::gemm::Isa;
     assert_eq!(gate.len(), up.len());
     #[cfg(target_arch = "x86_64")]
@@ -83,53 +100,75 @@ fn silu_mul_on(isa: crate::gemm::Isa, gate: &mut [f32], up: &[f32]) {
         assert!(isa.available(), "{isa:?} kernels on a CPU without them");
         if isa == Isa::Avx512 {
             // SAFETY: Avx512 means AVX-512 F and FMA (Isa::available, asserted).
-            unsafe { silu_mul_avx512(gate, up) };
+            unsafe { gated_mul_avx512(act, gate, up) };
         } else {
             // SAFETY: Avx2 and above mean AVX2 and FMA (Isa::available, asserted).
-            unsafe { silu_mul_avx2(gate, up) };
+            unsafe { gated_mul_avx2(act, gate, up) };
         }
         return;
     }
+    let z = |x: f32| match act {
+        Gate::Silu => x,
+        Gate::GeluTanh => x * (2.0 * SQRT_2_OVER_PI + 2.0 * SQRT_2_OVER_PI * GELU_CUBIC * x * x),
+    };
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
+        *g = *g / (1.0 + (-z(*g)).exp()) * u;
     }
 }
 
-/// [`silu_vector`] with AVX-512.
+/// [`gated_vector`] with AVX-512.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
+unsafe fn gated_mul_avx512(act: Gate, gate: &mut [f32], up: &[f32]) {
     // SAFETY: the caller's contract.
-    silu_vector(unsafe { crate::simd::Avx512::new() }, gate, up);
+    let s = unsafe { crate::simd::Avx512::new() };
+    match act {
+        Gate::Silu => gated_vector::<_, false>(s, gate, up),
+        Gate::GeluTanh => gated_vector::<_, true>(s, gate, up),
+    }
 }
 
-/// [`silu_vector`] with AVX2.
+/// [`gated_vector`] with AVX2.
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
+unsafe fn gated_mul_avx2(act: Gate, gate: &mut [f32], up: &[f32]) {
     // SAFETY: the caller's contract.
-    silu_vector(unsafe { crate::simd::Avx2::new() }, gate, up);
+    let s = unsafe { crate::simd::Avx2::new() };
+    match act {
+        Gate::Silu => gated_vector::<_, false>(s, gate, up),
+        Gate::GeluTanh => gated_vector::<_, true>(s, gate, up),
+    }
 }
 
-/// [`silu_mul`] a register at a time (masked tail: every element gets the same arithmetic).
+/// [`gated_mul`] a register at a time (masked tail: every element gets the same arithmetic);
+/// `GELU` picks the tanh GELU, else SiLU.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn silu_vector<S: crate::simd::F32s>(s: S, gate: &mut [f32], up: &[f32]) {
+fn gated_vector<S: crate::simd::F32s, const GELU: bool>(s: S, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
     let one = s.splat(1.0);
+    let (c1, c3) = (
+        s.splat(2.0 * SQRT_2_OVER_PI),
+        s.splat(2.0 * SQRT_2_OVER_PI * GELU_CUBIC),
+    );
     for c in (0..gate.len()).step_by(S::LANES) {
         let m = s.mask(gate.len() - c);
         // SAFETY: lanes past the end are masked off; `up` is as long as `gate` (asserted).
         unsafe {
             let g = s.load(m, gate.as_ptr().add(c));
             let u = s.load(m, up.as_ptr().add(c));
-            let e = s.exp(s.sub(s.zero(), g));
+            let z = if GELU {
+                s.mul(g, s.fmadd(s.mul(g, g), c3, c1))
+            } else {
+                g
+            };
+            let e = s.exp(s.sub(s.zero(), z));
             let y = s.mul(s.div(g, s.add(one, e)), u);
             s.store(gate.as_mut_ptr().add(c), m, y);
         }
@@ -269,7 +308,7 @@ mod tests {
                 continue;
             }
             let mut g = g0.clone();
-            silu_mul_on(isa, &mut g, &up);
+            gated_mul_on(isa, Gate::Silu, &mut g, &up);
             for i in 0..37 {
                 let (x, u) = (f64::from(g0[i]), f64::from(up[i]));
                 let want = x / (1.0 + (-x).exp()) * u;
@@ -281,8 +320,38 @@ mod tests {
             assert_eq!(g[18], 0.0);
             // Far below zero silu is −0 (e^−x overflows), and nothing is NaN.
             let mut g = vec![-100.0, -1e30, 100.0];
-            silu_mul_on(isa, &mut g, &[1.0; 3]);
+            gated_mul_on(isa, Gate::Silu, &mut g, &[1.0; 3]);
             assert_eq!(g, [-0.0, -0.0, 100.0], "{isa:?}");
+        }
+    }
+
+    #[test]
+    fn gelu_tanh_against_f64() {
+        let gelu = |x: f64| {
+            0.5 * x
+                * (1.0
+                    + ((2.0 / std::f64::consts::PI).sqrt() * x * (1.0 + 0.044715 * x * x)).tanh())
+        };
+        // 37 values across −11..11 (beyond ±10, where llama.cpp's table stops) and a masked tail.
+        let g0: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 0.61).collect();
+        let up: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.05).collect();
+        for isa in [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512] {
+            if !isa.available() {
+                continue;
+            }
+            let mut g = g0.clone();
+            gated_mul_on(isa, Gate::GeluTanh, &mut g, &up);
+            for i in 0..37 {
+                let want = gelu(f64::from(g0[i])) * f64::from(up[i]);
+                assert!(
+                    (f64::from(g[i]) - want).abs() <= 1e-6 * want.abs().max(1e-3),
+                    "{isa:?} {i}: {} vs {want}",
+                    g[i]
+                );
+            }
+            let mut g = vec![-30.0, -1e30, 30.0, 0.0];
+            gated_mul_on(isa, Gate::GeluTanh, &mut g, &[1.0; 4]);
+            assert_eq!(g, [-0.0, -0.0, 30.0, 0.0], "{isa:?}");
         }
     }
 }

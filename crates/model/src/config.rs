@@ -2,7 +2,12 @@
 
 use crate::ModelError;
 use crate::gguf::GgufFile;
-pub use kernels::ops::RopeMode;
+pub use kernels::ops::{Gate, RopeMode};
+
+/// Gemma 3's local layers: all but every sixth (llama.cpp's `set_swa_pattern(6)`; no GGUF key).
+const GEMMA3_GLOBAL_EVERY: usize = 6;
+/// Gemma 3's local layers' RoPE base (hard-coded by llama.cpp and Hugging Face alike).
+const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
 
 /// The architectures whose layers exist (`general.architecture`). Others are refused at load
 /// with their name.
@@ -14,10 +19,13 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: RMS norms over each query and key head before RoPE; no biases; NEOX RoPE.
     Qwen3,
+    /// Gemma 3: embeddings scaled by √hidden, Q/K head norms, norms after attention and the
+    /// feed-forward too, GeGLU, local layers with a sliding window and their own RoPE base.
+    Gemma3,
 }
 
 impl Arch {
-    const ALL: [Arch; 3] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3];
+    const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3];
 
     /// The name GGUF files give it.
     pub fn name(self) -> &'static str {
@@ -25,6 +33,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
@@ -36,7 +45,7 @@ impl Arch {
     pub fn rope_mode(self) -> RopeMode {
         match self {
             Arch::Llama => RopeMode::Normal,
-            Arch::Qwen2 | Arch::Qwen3 => RopeMode::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeMode::Neox,
         }
     }
 }
@@ -61,9 +70,25 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     pub context_length: usize,
     pub rope_base: f32,
-    /// Multiplies every RoPE angle: 1/`rope.scaling.factor` for linear scaling, else 1.
+    /// Multiplies every RoPE angle: 1/`rope.scaling.factor` for linear scaling, else 1 (on a
+    /// model with local layers, the global layers' only).
     pub rope_freq_scale: f32,
     pub norm_eps: f32,
+    /// Multiplies the attention scores: 1/√head_dim.
+    pub attn_scale: f32,
+    /// Multiplies the token embeddings (Gemma: √hidden).
+    pub embed_scale: Option<f32>,
+    /// The feed-forward gate's activation.
+    pub gate: Gate,
+    /// Local layers attend to this many positions (their own included); `None`: every layer
+    /// is global.
+    pub sliding_window: Option<usize>,
+    /// Every this many layers one is global (the last of each period); the others are local.
+    pub global_every: usize,
+    /// The local layers' RoPE base (their angles are not scaled).
+    pub rope_base_local: f32,
+    /// Final logits become `c · tanh(logits / c)` (Gemma 3 without a sliding window).
+    pub final_logit_softcap: Option<f32>,
 }
 
 impl ModelConfig {
@@ -122,6 +147,16 @@ impl ModelConfig {
                 "hidden size {hidden}, attention width {q_width} and feed-forward size {ffn_hidden} must be positive multiples of 32, and vocabulary ({vocab_size}) and context ({context_length}) not empty"
             )));
         }
+        let gemma = arch == Arch::Gemma3;
+        let sliding_window = match n("attention.sliding_window") {
+            Ok(w) if gemma && w > 0 => Some(w),
+            _ => None,
+        };
+        // llama.cpp caps the final logits only in the variant without a sliding window.
+        let final_logit_softcap = file
+            .get_f32(&key("final_logit_softcapping"))
+            .ok()
+            .filter(|&c| gemma && sliding_window.is_none() && c > 0.0);
         Ok(Self {
             n_layers: n("block_count")?,
             hidden,
@@ -136,6 +171,13 @@ impl ModelConfig {
             rope_base: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
             rope_freq_scale: rope_freq_scale(file, &key)?,
             norm_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
+            attn_scale: attention_scale(arch, n("block_count")?, hidden, n_heads, head_dim),
+            embed_scale: gemma.then(|| (hidden as f32).sqrt()),
+            gate: if gemma { Gate::GeluTanh } else { Gate::Silu },
+            sliding_window,
+            global_every: GEMMA3_GLOBAL_EVERY,
+            rope_base_local: GEMMA3_LOCAL_ROPE_BASE,
+            final_logit_softcap,
             arch,
         })
     }
@@ -145,10 +187,60 @@ impl ModelConfig {
         self.n_kv_heads * self.head_dim
     }
 
+    /// Whether layer `layer` attends through the sliding window (with the local RoPE base).
+    pub fn is_local(&self, layer: usize) -> bool {
+        self.sliding_window.is_some() && layer % self.global_every != self.global_every - 1
+    }
+
     /// Floats of one token's queries (and of the attention's output) in one layer.
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }
+}
+
+impl std::fmt::Display for ModelConfig {
+    /// One line a person reads: `specula model info` prints it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "architecture: {}, {} layers, hidden {}, {} heads ({} KV) of {}, feed-forward {} ({:?}), \
+             vocabulary {}, context {}, RoPE {:?} base {}",
+            self.arch.name(),
+            self.n_layers,
+            self.hidden,
+            self.n_heads,
+            self.n_kv_heads,
+            self.head_dim,
+            self.ffn_hidden,
+            self.gate,
+            self.vocab_size,
+            self.context_length,
+            self.rope_mode,
+            self.rope_base,
+        )?;
+        if self.rope_freq_scale != 1.0 {
+            write!(f, " scaled ×{}", self.rope_freq_scale)?;
+        }
+        if let Some(w) = self.sliding_window {
+            write!(
+                f,
+                ", sliding window {w} on all but every {}th layer (RoPE base {} there)",
+                self.global_every, self.rope_base_local
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// 1/√head_dim, but for Gemma 3 27B (62 layers), which llama.cpp scales by 1/√(hidden/heads)
+/// (Hugging Face's `query_pre_attn_scalar`; no GGUF key holds it).
+fn attention_scale(arch: Arch, layers: usize, hidden: usize, heads: usize, head_dim: usize) -> f32 {
+    let d = if arch == Arch::Gemma3 && layers == 62 {
+        hidden / heads
+    } else {
+        head_dim
+    };
+    1.0 / (d as f32).sqrt()
 }
 
 /// The RoPE angle multiplier from `rope.scaling.*`: linear scaling (and none) are exact;

@@ -7,9 +7,10 @@
 //! token.
 
 use crate::ModelError;
+use crate::config::Arch;
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
-use crate::layers::{BatchRows, KvLayer, Scratch, standard};
+use crate::layers::{BatchRows, KvLayer, Scratch, gemma3, standard};
 use crate::weights::ModelWeights;
 use kernels::attention::KvShape;
 use kernels::gemm::gemm;
@@ -44,7 +45,7 @@ impl Model {
         })
     }
 
-    /// How RoPE turns each pair of a head's dimensions.
+    /// How RoPE turns each pair of a head's dimensions (in the global layers).
     pub fn rope_freqs(&self) -> RopeFreqs<'_> {
         RopeFreqs {
             rot_dims: self.config.rope_dims,
@@ -52,6 +53,17 @@ impl Model {
             freq_scale: self.config.rope_freq_scale,
             divisors: self.weights.rope_freqs.as_deref(),
         }
+    }
+
+    /// The same in the local (sliding-window) layers, if the model has any: their own base,
+    /// unscaled.
+    pub fn local_rope_freqs(&self) -> Option<RopeFreqs<'_>> {
+        self.config.sliding_window.map(|_| RopeFreqs {
+            rot_dims: self.config.rope_dims,
+            base: self.config.rope_base_local,
+            freq_scale: 1.0,
+            divisors: None,
+        })
     }
 }
 
@@ -317,7 +329,7 @@ impl Runner {
         let cfg = &model.config;
         let hd = cfg.hidden;
         self.scratch.acts.mode = model.activations;
-        let batch = BatchRows::new(seqs, &model.rope_freqs());
+        let batch = BatchRows::new(seqs, &model.rope_freqs(), model.local_rope_freqs().as_ref());
         let m = batch.len();
         let mut h = vec![0.0f32; m * hd];
         let embd = model.weights.embeddings.matrix(&model.file);
@@ -326,6 +338,9 @@ impl Runner {
             .zip(seqs.iter().flat_map(|s| s.tokens))
         {
             dequantize(embd.dtype, embd.row(tok as usize), row).expect("checked at load");
+            if let Some(scale) = cfg.embed_scale {
+                row.iter_mut().for_each(|x| *x *= scale);
+            }
         }
         self.scratch.resize(cfg, m);
         let layer_stride = self.n_blocks * self.shape.block_stride();
@@ -335,10 +350,15 @@ impl Runner {
                 values: &mut self.values[l * layer_stride..(l + 1) * layer_stride],
                 shape: self.shape,
             };
-            standard::layer(
+            let layer = match cfg.arch {
+                Arch::Gemma3 => gemma3::layer,
+                Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => standard::layer,
+            };
+            layer(
                 cfg,
                 &model.file,
                 lw,
+                l,
                 &batch,
                 &mut kv,
                 &mut self.scratch,
@@ -379,6 +399,9 @@ impl Runner {
             acts.mode = ActMode::Int16;
             acts.set(&final_norm, wanted.len(), hd);
             gemm(&model.weights.output.matrix(&model.file), acts, &mut data);
+            if let Some(c) = cfg.final_logit_softcap {
+                data.iter_mut().for_each(|x| *x = c * (*x / c).tanh());
+            }
         }
         Ok(Logits {
             vocab: cfg.vocab_size,

@@ -62,8 +62,12 @@ pub struct LayerWeights {
     pub wv: Linear,
     /// Biases added to the products above (qwen2), each as long as its product's output.
     pub qkv_bias: Option<[Vec<f32>; 3]>,
-    /// RMS norm weights over each query and each key head, before RoPE (qwen3): `head_dim` long.
+    /// RMS norm weights over each query and each key head, before RoPE (qwen3, gemma3):
+    /// `head_dim` long.
     pub qk_norm: Option<[Vec<f32>; 2]>,
+    /// RMS norm weights over the attention's and the feed-forward's outputs before they are
+    /// added to the residual stream (gemma3).
+    pub post_norms: Option<[Vec<f32>; 2]>,
     pub wo: Linear,
     pub ffn_norm: Vec<f32>,
     pub gate: Linear,
@@ -193,7 +197,7 @@ impl ModelWeights {
                         match cfg.arch {
                             Arch::Qwen2 => Need::Required,
                             Arch::Llama => Need::Optional,
-                            Arch::Qwen3 => Need::Unused,
+                            Arch::Qwen3 | Arch::Gemma3 => Need::Unused,
                         },
                         cfg.arch,
                     )?,
@@ -202,8 +206,18 @@ impl ModelWeights {
                         ["attn_q_norm.weight", "attn_k_norm.weight"].map(p),
                         [hd, hd],
                         match cfg.arch {
-                            Arch::Qwen3 => Need::Required,
+                            Arch::Qwen3 | Arch::Gemma3 => Need::Required,
                             Arch::Llama | Arch::Qwen2 => Need::Unused,
+                        },
+                        cfg.arch,
+                    )?,
+                    post_norms: vectors(
+                        file,
+                        ["post_attention_norm.weight", "post_ffw_norm.weight"].map(p),
+                        [h, h],
+                        match cfg.arch {
+                            Arch::Gemma3 => Need::Required,
+                            _ => Need::Unused,
                         },
                         cfg.arch,
                     )?,

@@ -1,7 +1,8 @@
 //! Batch invariance on the real model, in both activation modes: a sequence's logits are bitwise
 //! the same alone, inside a batch of any size (joining at different steps), as a prefill chunk or
-//! token by token; and the same on the other architectures' layers (the synthetic qwen3 and
-//! Llama 3 models of the reference fixtures: Q/K norms, a wider attention, RoPE divisors).
+//! token by token; and the same on the other architectures' layers (the synthetic qwen3, Llama 3
+//! and gemma3 models of the reference fixtures: Q/K norms, a wider attention, RoPE divisors, a
+//! sliding window of 24 positions that the longer prompts cross).
 
 mod common;
 
@@ -36,7 +37,7 @@ fn prompts_in(vocab: usize) -> Vec<Vec<u32>> {
 /// The synthetic models of the other architectures (scripts/reference/synthetic.sh).
 fn synthetic_models() -> Vec<Model> {
     let dir = common::data_dir("reference").join("synthetic");
-    ["qwen3.gguf", "llama3.gguf"]
+    ["qwen3.gguf", "llama3.gguf", "gemma3.gguf"]
         .iter()
         .map(|f| Model::load(&dir.join(f)).unwrap())
         .collect()
@@ -152,7 +153,8 @@ fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
 }
 
 fn chunk_equals_one_by_one(model: &Model) {
-    let prompt = &prompts_in(model.config.vocab_size)[5];
+    // 26 tokens: past a 16-slot block and the synthetic gemma3's 24-position window.
+    let prompt = &prompts_in(model.config.vocab_size)[7];
     let table = blocks(0, 4);
 
     let mut chunked = Runner::new(&model.config, BLOCK, 4);

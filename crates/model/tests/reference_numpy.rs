@@ -7,7 +7,8 @@
 //! scripts/requantize.sh makes from it (each with its own reference, computed on that file's own
 //! weights, in `data/reference/FORMAT/`); and one per other real model, by the name `specula model
 //! pull` knows it by (`data/reference/NAME/`, with its own tokens); and one per architecture that
-//! no reachable file has (qwen3, Llama 3's RoPE scaling), on tiny random-weight models written by
+//! no reachable file has (qwen3, Llama 3's RoPE scaling; and a small gemma3 whose window the
+//! chunks cross many times), on tiny random-weight models written by
 //! scripts/reference/synthetic.sh (`data/reference/synthetic/`, models and tokens committed). Each runs both activation modes and prints a table row
 //! per mode (`cargo test --release --test reference_numpy -- --nocapture`). Int16 must be at
 //! least as good as llama.cpp; Int8 (what llama.cpp itself does) must stay close to it.
@@ -387,4 +388,14 @@ fn synthetic_qwen3_closer_to_the_exact_model_than_llama_cpp() {
 #[test]
 fn synthetic_llama3_rope_closer_to_the_exact_model_than_llama_cpp() {
     check_format("synthetic/llama3");
+}
+
+#[test]
+fn synthetic_gemma3_closer_to_the_exact_model_than_llama_cpp() {
+    check_format("synthetic/gemma3");
+}
+
+#[test]
+fn gemma3_closer_to_the_exact_model_than_llama_cpp() {
+    check_format("gemma3-270m");
 }

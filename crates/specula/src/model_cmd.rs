@@ -126,7 +126,7 @@ pub fn run(args: ModelArgs) -> Result<(), Failure> {
                 file.file_size() as f64 / (1 << 20) as f64,
                 file.version
             );
-            println!("  {cfg:?}");
+            println!("  {cfg}");
             println!("  tensor types: {types:?}");
             print_product_paths(&file);
         }

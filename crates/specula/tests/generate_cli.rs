@@ -115,7 +115,7 @@ fn model_info_describes_the_file() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("architecture: \"llama\"") && text.contains("Q4_1"),
+        text.contains("architecture: llama, 30 layers") && text.contains("Q4_1"),
         "{text}"
     );
 }

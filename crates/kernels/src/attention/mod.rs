@@ -55,10 +55,12 @@ impl KvShape {
     }
 }
 
-/// The positions one query attends to, in order: the sequence's slots `0..direct`, then the
-/// slots listed in `tail` (a draft-tree node's ancestors, root first, itself last).
+/// The positions one query attends to, in order: the sequence's slots `start..direct`, then the
+/// slots listed in `tail` (a draft-tree node's ancestors, root first, itself last). `start` is 0
+/// but for a sliding window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Context<'a> {
+    pub start: usize,
     pub direct: usize,
     pub tail: &'a [usize],
 }
@@ -67,14 +69,34 @@ impl<'a> Context<'a> {
     /// Ordinary causal attention over slots `0..n`.
     pub fn causal(n: usize) -> Self {
         Self {
+            start: 0,
             direct: n,
             tail: &[],
         }
     }
 
+    /// The same context seen through a sliding window of `window` positions for a query at
+    /// position `pos` (it sees `pos + 1 − window ..= pos`, as llama.cpp's standard window). The
+    /// direct part loses its slots before the window; a draft tree's tail (its ancestors, at
+    /// most a few positions back) stays whole.
+    pub fn windowed(self, window: Option<usize>, pos: usize) -> Self {
+        match window {
+            Some(w) => Self {
+                start: (pos + 1).saturating_sub(w).min(self.direct),
+                ..self
+            },
+            None => self,
+        }
+    }
+
+    /// How many positions of the direct part the query sees.
+    pub fn direct_len(&self) -> usize {
+        self.direct - self.start
+    }
+
     /// How many positions the query sees.
     pub fn len(&self) -> usize {
-        self.direct + self.tail.len()
+        self.direct_len() + self.tail.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -83,10 +105,10 @@ impl<'a> Context<'a> {
 
     /// The slot of the `t`-th position seen.
     pub fn slot(&self, t: usize) -> usize {
-        if t < self.direct {
-            t
+        if t < self.direct_len() {
+            self.start + t
         } else {
-            self.tail[t - self.direct]
+            self.tail[t - self.direct_len()]
         }
     }
 
@@ -360,6 +382,79 @@ mod tests {
     }
 
     #[test]
+    fn a_window_sees_exactly_its_last_positions() {
+        // Gemma 3's geometry (4 query heads over 1 KV head of 256) and a smaller one; windows
+        // that start inside a block, on a block boundary, before the first position, and a tree
+        // tail after a windowed direct part: bitwise the attention over just those positions
+        // written from slot 0.
+        for (head_dim, n_heads) in [(256, 4), (64, 3)] {
+            let shape = KvShape {
+                block_size: 16,
+                n_kv_heads: 1,
+                head_dim,
+            };
+            let wave = |t: usize, i: usize, f: f32| ((t * 31 + i * 7) as f32 * f).sin();
+            let row = |t: usize, f: f32| (0..head_dim).map(|i| wave(t, i, f)).collect::<Vec<_>>();
+            let q: Vec<f32> = (0..n_heads * head_dim).map(|i| wave(99, i, 0.23)).collect();
+            for isa in paths() {
+                for (n, window, tail) in [
+                    (70usize, 20usize, 0usize),
+                    (70, 22, 0),
+                    (64, 32, 0),
+                    (10, 20, 0),
+                    (50, 20, 3),
+                ] {
+                    let run = |positions: &[usize], ctx: Context<'_>, slots: usize| {
+                        let blocks: Vec<u32> = (0..slots.div_ceil(16) as u32).rev().collect();
+                        let len = blocks.len() * shape.block_stride();
+                        let (mut keys, mut values) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+                        for (slot, &t) in positions.iter().enumerate() {
+                            let (k, v) = (row(t, 0.37), row(t, 0.11));
+                            write_kv(&mut keys, &mut values, shape, &blocks, slot, &k, &v);
+                        }
+                        let mut out = vec![0.0; q.len()];
+                        paged_attention_on(
+                            isa,
+                            &q,
+                            &keys,
+                            &values,
+                            shape,
+                            &blocks,
+                            ctx,
+                            0.0625,
+                            &mut out,
+                            &mut Vec::new(),
+                        );
+                        out
+                    };
+                    // The sequence: positions 0..n directly, then a tail of `tail` slots after
+                    // them (the tree's ancestors: positions n..n+tail).
+                    let all: Vec<usize> = (0..n + tail).collect();
+                    let tail_slots: Vec<usize> = (n..n + tail).collect();
+                    let pos = n + tail - 1;
+                    let ctx = Context {
+                        start: 0,
+                        direct: n,
+                        tail: &tail_slots,
+                    }
+                    .windowed(Some(window), pos);
+                    let got = run(&all, ctx, n + tail);
+                    let seen: Vec<usize> =
+                        ((pos + 1).saturating_sub(window).min(n)..n + tail).collect();
+                    assert_eq!(ctx.len(), seen.len());
+                    let want = run(&seen, Context::causal(seen.len()), seen.len());
+                    assert!(
+                        got.iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa:?}, head {head_dim}: {n} positions, window {window}, tail {tail}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn paged_matches_contiguous_attention() {
         // 2 query heads sharing 1 KV head, head_dim 4, 5 positions over blocks [3, 1] of size 4.
         let shape = KvShape {
@@ -482,6 +577,7 @@ mod tests {
                 &tk,
                 &tv,
                 Context {
+                    start: 0,
                     direct,
                     tail: &slots,
                 },

@@ -123,7 +123,11 @@ impl<'a> Kv<'a> {
             shape.n_kv_heads
         );
         let stride = shape.block_stride();
-        for &b in &blocks[..ctx.slot_end().div_ceil(shape.block_size)] {
+        assert!(
+            ctx.start <= ctx.direct,
+            "a window that starts after its end"
+        );
+        for &b in &blocks[ctx.start / shape.block_size..ctx.slot_end().div_ceil(shape.block_size)] {
             assert!(
                 (b as usize + 1) * stride <= keys.len().min(values.len()),
                 "block {b} outside the KV store"
@@ -139,16 +143,16 @@ impl<'a> Kv<'a> {
         }
     }
 
-    /// For each block of the context's direct part: its first position, its start in the
-    /// store and the slots in use.
-    fn blocks(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
-        let (bs, direct) = (self.shape.block_size, self.ctx.direct);
-        (0..direct.div_ceil(bs)).map(move |i| {
-            (
-                i * bs,
-                self.blocks[i] as usize * self.shape.block_stride(),
-                (direct - i * bs).min(bs),
-            )
+    /// For each block of the context's direct part: the score index of its slot 0 (it may
+    /// lie before the window: only slots `first..end` are seen), its start in the store, and
+    /// the slots `first..end` in use.
+    fn blocks(&self) -> impl Iterator<Item = Block> + '_ {
+        let (bs, start, direct) = (self.shape.block_size, self.ctx.start, self.ctx.direct);
+        (start / bs..direct.div_ceil(bs)).map(move |i| Block {
+            t0: (i * bs).wrapping_sub(start),
+            base: self.blocks[i] as usize * self.shape.block_stride(),
+            first: start.saturating_sub(i * bs),
+            end: (direct - i * bs).min(bs),
         })
     }
 
@@ -176,6 +180,17 @@ fn heads<S: F32s, const G: usize>(
     weighted_values::<S, G>(s, kv, scores, &inv, out);
 }
 
+/// One KV block of a context's direct part (see [`Kv::blocks`]).
+struct Block {
+    /// Score index of the block's slot 0 (wrapping: slot 0 may precede the window).
+    t0: usize,
+    /// Where the block starts in the store.
+    base: usize,
+    /// The slots seen: `first..end`.
+    first: usize,
+    end: usize,
+}
+
 /// Scores (× `scale`) of the context's direct part into the heads' score rows (`n_ctx` long
 /// each, in `scores`), two registers of keys at a time while a block has more than one left.
 #[inline(always)]
@@ -194,17 +209,23 @@ fn direct_scores<S: F32s, const G: usize>(
     );
     debug_assert!(G <= MAX_HEADS && scores.len() >= G * n_ctx);
     let rows = scores.as_mut_ptr();
-    for (t0, base, used) in kv.blocks() {
-        let mut c = 0;
+    for Block {
+        t0,
+        base,
+        first,
+        end: used,
+    } in kv.blocks()
+    {
+        let mut c = first;
         while c < used {
             // SAFETY: `Kv::new` checked every used block lies inside the key store; the reads
             // are head kvh's rows of block `base..base + stride` (dimension `i` at `i × bs`),
             // lanes `c..` masked past `used`; positions `t0 + c..` of the score rows lie within
-            // `n_ctx`, masked the same.
+            // `n_ctx` (`c ≥ first`: at or after the window's start), masked the same.
             unsafe {
                 let (keys, row) = (
                     kv.keys.as_ptr().add(base + kv.kvh * d * bs + c),
-                    rows.add(t0 + c),
+                    rows.add(t0.wrapping_add(c)),
                 );
                 if used - c > l {
                     let m = [s.mask(used - c), s.mask(used - c - l)];
@@ -240,7 +261,7 @@ fn tail_scores<S: F32s, const G: usize>(
         kv.shape.block_size,
         S::LANES,
     );
-    let (direct, tail) = (kv.ctx.direct, kv.ctx.tail);
+    let (direct, tail) = (kv.ctx.direct_len(), kv.ctx.tail);
     debug_assert!(G <= MAX_HEADS && scores.len() >= G * n_ctx);
     for c in (0..tail.len()).step_by(l) {
         let lanes = (tail.len() - c).min(l);
@@ -444,7 +465,7 @@ unsafe fn value_pass<S: F32s, const G: usize, const NV: usize>(
     dc: usize,
 ) {
     let (d, n_ctx, l) = (kv.shape.head_dim, kv.ctx.len(), S::LANES);
-    let (direct, tail) = (kv.ctx.direct, kv.ctx.tail);
+    let (direct, tail) = (kv.ctx.direct_len(), kv.ctx.tail);
     let (values, stride) = (kv.values.as_ptr(), kv.shape.token_stride());
     // SAFETY: `Kv::new` checked every used block lies inside the value store; the reads are
     // `NV × LANES` floats of head kvh's row of a slot in use (`dc + NV × LANES ≤ d`); score reads
@@ -452,10 +473,10 @@ unsafe fn value_pass<S: F32s, const G: usize, const NV: usize>(
     unsafe {
         let mut acc = [[s.zero(); NV]; G];
         let p = scores.as_ptr();
-        for (t0, base, used) in kv.blocks() {
-            for slot in 0..used {
-                let v = values.add(base + slot * stride + kv.kvh * d + dc);
-                accumulate::<S, G, NV>(s, &mut acc, p.add(t0 + slot), n_ctx, v);
+        for b in kv.blocks() {
+            for slot in b.first..b.end {
+                let v = values.add(b.base + slot * stride + kv.kvh * d + dc);
+                accumulate::<S, G, NV>(s, &mut acc, p.add(b.t0.wrapping_add(slot)), n_ctx, v);
             }
         }
         for (i, &slot) in tail.iter().enumerate() {

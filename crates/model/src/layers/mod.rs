@@ -1,16 +1,20 @@
-//! The pieces transformer layers are built from, and the files that assemble them into an
-//! architecture's layer (`standard.rs`: llama, qwen2, qwen3).
+//! The pieces transformer layers are built from (pre-norm attention and gated feed-forward
+//! blocks, norms, RoPE, the KV store's writes), and the files that assemble them into an
+//! architecture's layer (`standard.rs`: llama, qwen2, qwen3; `gemma3.rs`).
 //!
 //! Every piece works row by row (a row is one token of one sequence) or through products that fix
 //! their reduction order per output element, so the forward pass stays batch-invariant.
 
+pub(crate) mod gemma3;
 pub(crate) mod standard;
 
 use crate::SeqInput;
 use crate::config::ModelConfig;
+use crate::gguf::GgufFile;
+use crate::weights::LayerWeights;
 use kernels::attention::{Context, KvShape, paged_attention_group, write_kv};
-use kernels::gemm::Activations;
-use kernels::ops::{RopeFreqs, rms_norm, rope_angles, rope_apply};
+use kernels::gemm::{Activations, gemm, gemm_many};
+use kernels::ops::{RopeFreqs, add_bias, gated_mul, rms_norm, rope_angles, rope_apply};
 use rayon::prelude::*;
 
 /// One row of the batch: a token of one sequence.
@@ -27,29 +31,39 @@ pub(crate) struct Row {
 }
 
 impl Row {
-    /// The positions the row attends to.
-    pub fn context(&self) -> Context<'_> {
-        if self.path.is_empty() {
+    /// The positions the row attends to (through a sliding window of `window` positions).
+    pub fn context(&self, window: Option<usize>) -> Context<'_> {
+        let all = if self.path.is_empty() {
             Context::causal(self.pos + 1)
         } else {
             Context {
+                start: 0,
                 direct: self.direct,
                 tail: &self.path,
             }
-        }
+        };
+        all.windowed(window, self.pos)
     }
 }
 
 /// What every layer needs to know about the batch: each row's sequence, position and slot, and
-/// the RoPE angles of each row (the same in every layer).
+/// the RoPE angles of each row (the same in every layer of a kind).
 pub(crate) struct BatchRows<'a> {
     pub seqs: &'a [SeqInput<'a>],
     pub rows: Vec<Row>,
-    pub angles: Vec<Vec<(f32, f32)>>,
+    /// The global layers' angles, a row's at its index.
+    angles: Vec<Vec<(f32, f32)>>,
+    /// The local (sliding-window) layers' angles, where they have their own.
+    local_angles: Vec<Vec<(f32, f32)>>,
 }
 
 impl<'a> BatchRows<'a> {
-    pub fn new(seqs: &'a [SeqInput<'a>], freqs: &RopeFreqs<'_>) -> Self {
+    /// `local`: the local layers' RoPE frequencies, if the model has such layers.
+    pub fn new(
+        seqs: &'a [SeqInput<'a>],
+        global: &RopeFreqs<'_>,
+        local: Option<&RopeFreqs<'_>>,
+    ) -> Self {
         let mut rows = Vec::new();
         for (seq, s) in seqs.iter().enumerate() {
             for slot in s.start_pos..s.start_pos + s.tokens.len() {
@@ -74,15 +88,32 @@ impl<'a> BatchRows<'a> {
                 });
             }
         }
-        let angles = rows
-            .iter()
-            .map(|r| {
-                let mut a = Vec::new();
-                rope_angles(r.pos, freqs, &mut a);
-                a
-            })
-            .collect();
-        Self { seqs, rows, angles }
+        let table = |freqs: &RopeFreqs<'_>| {
+            rows.iter()
+                .map(|r| {
+                    let mut a = Vec::new();
+                    rope_angles(r.pos, freqs, &mut a);
+                    a
+                })
+                .collect()
+        };
+        let angles = table(global);
+        let local_angles = local.map(table).unwrap_or_default();
+        Self {
+            seqs,
+            rows,
+            angles,
+            local_angles,
+        }
+    }
+
+    /// The RoPE angles of every row in a local layer, or in a global one.
+    fn angles(&self, local: bool) -> &[Vec<(f32, f32)>] {
+        if local && !self.local_angles.is_empty() {
+            &self.local_angles
+        } else {
+            &self.angles
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -148,11 +179,85 @@ pub(crate) fn norm_heads(x: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
-/// Rotates each row's queries and keys by its position (RoPE as the architecture pairs it), then
-/// stores its keys and values in the sequence's KV blocks.
+/// Pre-norm attention of layer `layer` (grouped-query; the layer's biases and Q/K head norms if
+/// it has them; its RoPE table and window): the output projection, rows × hidden, in `s.proj`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    cfg: &ModelConfig,
+    file: &GgufFile,
+    lw: &LayerWeights,
+    layer: usize,
+    batch: &BatchRows<'_>,
+    kv: &mut KvLayer<'_>,
+    s: &mut Scratch,
+    h: &[f32],
+) {
+    let m = batch.len();
+    norm_rows(h, &lw.attn_norm, cfg.norm_eps, &mut s.normed);
+    s.acts.set(&s.normed, m, cfg.hidden);
+    gemm_many(
+        &mut [
+            (lw.wq.matrix(file), &mut s.q),
+            (lw.wk.matrix(file), &mut s.k),
+            (lw.wv.matrix(file), &mut s.v),
+        ],
+        &s.acts,
+    );
+    if let Some([bq, bk, bv]) = &lw.qkv_bias {
+        add_bias(&mut s.q, bq);
+        add_bias(&mut s.k, bk);
+        add_bias(&mut s.v, bv);
+    }
+    if let Some([nq, nk]) = &lw.qk_norm {
+        norm_heads(&mut s.q, nq, cfg.norm_eps);
+        norm_heads(&mut s.k, nk, cfg.norm_eps);
+    }
+    let local = cfg.is_local(layer);
+    rope_and_store(
+        batch,
+        cfg,
+        batch.angles(local),
+        &mut s.q,
+        &mut s.k,
+        &s.v,
+        kv,
+    );
+    let window = cfg.sliding_window.filter(|_| local);
+    attend(batch, &s.q, kv, cfg.attn_scale, window, &mut s.attn);
+    s.acts.set(&s.attn, m, cfg.q_dim());
+    gemm(&lw.wo.matrix(file), &s.acts, &mut s.proj);
+}
+
+/// Pre-norm gated feed-forward (`down · (act(gate · x) ⊙ up · x)`): its output, rows × hidden,
+/// in `s.proj`.
+pub(crate) fn feed_forward(
+    cfg: &ModelConfig,
+    file: &GgufFile,
+    lw: &LayerWeights,
+    s: &mut Scratch,
+    h: &[f32],
+) {
+    let m = h.len() / cfg.hidden;
+    norm_rows(h, &lw.ffn_norm, cfg.norm_eps, &mut s.normed);
+    s.acts.set(&s.normed, m, cfg.hidden);
+    gemm_many(
+        &mut [
+            (lw.gate.matrix(file), &mut s.gate),
+            (lw.up.matrix(file), &mut s.up),
+        ],
+        &s.acts,
+    );
+    gated_mul(cfg.gate, &mut s.gate, &s.up);
+    s.acts.set(&s.gate, m, cfg.ffn_hidden);
+    gemm(&lw.down.matrix(file), &s.acts, &mut s.proj);
+}
+
+/// Rotates each row's queries and keys by its position (RoPE as the architecture pairs it, by
+/// the angles of `angles`), then stores its keys and values in the sequence's KV blocks.
 pub(crate) fn rope_and_store(
     batch: &BatchRows<'_>,
     cfg: &ModelConfig,
+    angles: &[Vec<(f32, f32)>],
     q: &mut [f32],
     k: &mut [f32],
     v: &[f32],
@@ -160,7 +265,7 @@ pub(crate) fn rope_and_store(
 ) {
     let (qd, kvd) = (q.len() / batch.len(), kv.shape.token_stride());
     for (r, row) in batch.rows.iter().enumerate() {
-        let (hd, mode, angles) = (cfg.head_dim, cfg.rope_mode, &batch.angles[r]);
+        let (hd, mode, angles) = (cfg.head_dim, cfg.rope_mode, &angles[r]);
         rope_apply(&mut q[r * qd..(r + 1) * qd], hd, mode, angles);
         rope_apply(&mut k[r * kvd..(r + 1) * kvd], hd, mode, angles);
         write_kv(
@@ -176,13 +281,15 @@ pub(crate) fn rope_and_store(
 }
 
 /// Causal attention of every row over its sequence's positions up to its own (a tree node's:
-/// its ancestors'), split over the kernel threads by row and KV head, so that even one row's
-/// attention (a decode step) runs on every thread.
+/// its ancestors'; the last `window` of them in a sliding-window layer), split over the kernel
+/// threads by row and KV head, so that even one row's attention (a decode step) runs on every
+/// thread.
 pub(crate) fn attend(
     batch: &BatchRows<'_>,
     q: &[f32],
     kv: &KvLayer<'_>,
     scale: f32,
+    window: Option<usize>,
     out: &mut [f32],
 ) {
     let (keys, values, shape) = (&*kv.keys, &*kv.values, kv.shape);
@@ -199,7 +306,7 @@ pub(crate) fn attend(
                 values,
                 shape,
                 batch.seqs[row.seq].blocks,
-                row.context(),
+                row.context(window),
                 job % n_kv,
                 scale,
                 out,
