@@ -28,9 +28,12 @@
 #     scripts/bench-runtime.sh
 #     FORMATS="Q4_0 Q4_K_M" MODES=int16 REPEAT=1 scripts/bench-runtime.sh
 #     ISA=avx2 FORMATS="Q4_0 Q4_K_M" scripts/bench-runtime.sh
+#     FORMATS="qwen2.5-coder-0.5b gemma3-270m" scripts/bench-runtime.sh
 #
 # Environment:
-#     FORMATS   weight formats, space-separated llama-quantize presets (default: "Q4_1 Q4_0 Q4_K_M")
+#     FORMATS   weight formats, space-separated llama-quantize presets (default: "Q4_1 Q4_0 Q4_K_M"),
+#               or models by name (`specula model list`: qwen2.5-coder-0.5b, gemma3-270m), which
+#               run as their files are
 #     MODES     specula's activation modes, space-separated (default: "int16 int8"); before
 #               `specula model bench` took --activations, only MODES=int16 runs (the flag is left out)
 #     THREADS   threads for both engines (default: 2)
@@ -111,8 +114,13 @@ PY
 }
 
 for format in "${FORMATS[@]}"; do
-    # requantize.sh builds llama-quantize from the native build whatever ISA is.
-    model=$(env -u LLAMA_CPP_ISA scripts/requantize.sh "$format" | tail -n1)
+    if [[ "$format" =~ ^[a-z0-9][a-z0-9.-]*$ && "$format" == *[.-]* ]]; then
+        # Another model by name (its own file, whatever its mix of formats).
+        model=$("$specula" model pull "$format" | tail -n1)
+    else
+        # requantize.sh builds llama-quantize from the native build whatever ISA is.
+        model=$(env -u LLAMA_CPP_ISA scripts/requantize.sh "$format" | tail -n1)
+    fi
     stat -c %s "$model" > "$RESULTS/$format.gguf_bytes"
     echo "== $format: llama-bench -t $THREADS -p 512 -n 128 -r $REPEAT$peer_note"
     "$bin_dir/llama-bench" -m "$model" -t "$THREADS" -p 512 -n 128 -r "$REPEAT" 2>/dev/null |

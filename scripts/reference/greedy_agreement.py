@@ -4,10 +4,11 @@ prefix of the two token sequences for each prompt. Informational: near-ties legi
 argmax between implementations (specula is the closer of the two to the exact float64 model, see
 README.md in this folder), and after the first flip the continuations differ.
 
-Both run the raw prompt (no chat template, no BOS: the model's add_bos flag is false) with
+Both run the raw prompt (no chat template; a BOS where the model's add_bos flag asks for one) with
 ignore_eos. llama.cpp runs as llama-server on a loopback port and is stopped at the end.
 
-Usage: python3 scripts/reference/greedy_agreement.py [PORT]     (needs only the standard library)
+Usage: python3 scripts/reference/greedy_agreement.py [MODEL_NAME] [PORT]   (standard library only)
+  MODEL_NAME  a model `specula model pull` knows (default: the default model's Q4_1 file)
 """
 import json
 import pathlib
@@ -17,7 +18,9 @@ import time
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 30333
+ARGS = sys.argv[1:]
+NAME = ARGS.pop(0) if ARGS and not ARGS[0].isdigit() else None
+PORT = int(ARGS[0]) if ARGS else 30333
 N = 64
 PROMPTS = [
     "The capital of France is",
@@ -48,9 +51,12 @@ def run(cmd):
 
 
 def main():
-    model = run([str(ROOT / "scripts/fetch-model.sh")]).strip().splitlines()[-1]
     bin_dir = run([str(ROOT / "scripts/build-llama-cpp.sh")]).strip().splitlines()[-1]
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    if NAME:
+        model = run([str(ROOT / "target/release/specula"), "model", "pull", NAME]).strip().splitlines()[-1]
+    else:
+        model = run([str(ROOT / "scripts/fetch-model.sh")]).strip().splitlines()[-1]
     server = subprocess.Popen(
         [f"{bin_dir}/llama-server", "-m", model, "--host", "127.0.0.1", "--port", str(PORT), "-np", "1", "-t", "2", "-c", "2048"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

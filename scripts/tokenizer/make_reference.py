@@ -4,7 +4,7 @@
 Writes crates/model/tests/data/tokenizer/corpus.jsonl: one JSON object a line,
 {"text": ..., "ids": [...], "parse_special": bool}, where `ids` is what llama.cpp's
 `llama-tokenize` gives for `text` with the model's own BOS/EOS rule (no `--no-bos`; SmolLM2
-adds neither) and special-token parsing on or off. crates/model/tests/tokenizer_llamacpp.rs
+and Qwen add neither, Gemma 3 adds BOS) and special-token parsing on or off. crates/model/tests/tokenizer_llamacpp.rs
 checks that `Tokenizer::encode(text, true, parse_special)` gives exactly these ids.
 
 Each string goes to llama-tokenize through a file of its own (`-f`, which the tool reads
@@ -15,6 +15,7 @@ Usage:
     scripts/tokenizer/make_reference.py            # model and llama.cpp from the usual scripts
     scripts/tokenizer/make_reference.py qwen2.5-coder-0.5b   # another model by name, pulled by
                                                    # `specula model pull`; corpus in tokenizer/NAME/
+    scripts/tokenizer/make_reference.py gemma3-270m          # the SentencePiece vocabulary
     SPECULA_MODEL=/path/model.gguf LLAMA_CPP_BIN=/path/bin scripts/tokenizer/make_reference.py
 
 The corpus itself is defined below (hand-written cases plus seeded random strings), so the
@@ -170,6 +171,33 @@ MODEL_SPECIAL_STRINGS = {
         "<|fim_prefix|>def f(x):<|fim_suffix|>    return y<|fim_middle|>",
         "<|repo_name|>specula<|file_sep|>main.rs<|fim_pad|><|endoftext|>",
         "<tool_response>\n{\"temp\": 21}\n</tool_response>",
+    ],
+    # SentencePiece (`llama` vocabulary): CONTROL turn markers; USER_DEFINED runs of newlines,
+    # spaces and tabs, HTML tags and image markers (always cut out, whatever parse_special says);
+    # `</s>`, which llama.cpp retypes as control because it looks like an end token; text that
+    # only looks special, literal `▁` (escaped spaces) and `<0xXX>` texts (byte tokens).
+    "gemma3-270m": [
+        "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n",
+        "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n"
+        "The answer is 4.<end_of_turn>\n",
+        "<start_of_turn>user\nYou are a helpful assistant.\n\nWrite a haiku about Rust."
+        "<end_of_turn>\n<start_of_turn>model\n",
+        "<bos>", "<eos>", "<bos>hello<eos>", "<pad><unk><mask>", "<bos><bos>x",
+        "<start_of_turn>", "<end_of_turn>", "<start_of_turn>model", " <end_of_turn> ",
+        "<start_of_turn", "end_of_turn>", "<end_of_turn >", "<START_OF_TURN>",
+        "a  b", "a   b", "a\n\nb", "a\n\n\nb", "x\t\ty", "x\t\t\ty", " \t\n  \t\t\n\n   ",
+        " " * 31 + "x", " " * 32 + "x", " " * 35, "\n" * 31, "\n" * 40, "\t" * 33, "\t \t  \t",
+        "line one\n\n\nline two\n    indented\n\t\ttabbed",
+        "<start_of_image><end_of_image>", "look: <start_of_image> here", "[multimodal]",
+        "<table><tr><td>1</td><td>2</td></tr></table>", "<b>bold</b> <i>it</i> <u>u</u>",
+        "<s>strike</s> and </s> alone", "</s>", "<html><body><div>x</div></body></html>",
+        "<h1>Title</h1>\n<blockquote>quote</blockquote>", "<code>fn main() {}</code>",
+        "<a>link</a><img></img><span>s</span><bbox>1 2</bbox>", "<ul><li>a</li></ul>",
+        "<unused0><unused6241>", "<unused99>x", "<TABLE> <Tr> <b >",
+        "<0x41><0x0A><0xFF>", "<0x", "\u2581", "\u2581\u2581hello\u2581world", "a\u2581 \u2581b",
+        "\u2581\u2581\u2581\u2581\u2581\u2581\u2581\u2581", " leading", "  two leading",
+        "trailing ", "mixed \u2581 spaces", "\U0001fae8 new emoji", "\U000e0100\U000e01ef",
+        "\ud7ff\ue000\uffff", "\U0010ffff\U000f0000", "\x7f\x80\x9f",
     ],
 }
 

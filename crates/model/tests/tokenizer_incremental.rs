@@ -1,6 +1,7 @@
-//! Streaming detokenization on the real SmolLM2 vocabulary: the chunks of `IncrementalDecoder`
-//! add up to `Tokenizer::decode`, and text that was valid UTF-8 streams back without a single
-//! replacement character, however its characters are split across tokens.
+//! Streaming detokenization on the real SmolLM2 vocabulary and Gemma 3's SentencePiece one: the
+//! chunks of `IncrementalDecoder` add up to `Tokenizer::decode`, and text that was valid UTF-8
+//! streams back without a single replacement character, however its characters are split across
+//! tokens (byte-level BPE pieces, or SentencePiece's `<0xXX>` byte fallback).
 
 mod common;
 
@@ -13,6 +14,18 @@ fn tokenizer() -> &'static Tokenizer {
     static TOK: OnceLock<Tokenizer> = OnceLock::new();
     TOK.get_or_init(|| {
         let gguf = GgufFile::open(&common::model_path()).expect("open the model");
+        Tokenizer::from_gguf(&gguf).expect("build the tokenizer")
+    })
+}
+
+/// Gemma 3 270M's tokenizer, from the file its corpus folder names.
+fn gemma() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let name = "gemma3-270m";
+        let dir = common::data_dir("tokenizer").join(name);
+        let path = common::named_model_path(name, &common::source_model_file(&dir));
+        let gguf = GgufFile::open(&path).expect("open the model");
         Tokenizer::from_gguf(&gguf).expect("build the tokenizer")
     })
 }
@@ -51,6 +64,55 @@ proptest! {
         }
         prop_assert_eq!(chunks.concat(), text);
     }
+
+    /// Gemma: any ids (byte tokens, control and user-defined tokens): the stream equals decode.
+    #[test]
+    fn gemma_chunks_add_up_to_decode(
+        ids in prop::collection::vec(prop_oneof![0u32..262_144, 0u32..512], 0..64),
+        skip in any::<bool>(),
+    ) {
+        let tok = gemma();
+        let mut dec = IncrementalDecoder::at_sequence_start(skip);
+        let streamed: String = stream(tok, &mut dec, &ids).concat();
+        prop_assert_eq!(streamed, tok.decode(&ids, skip).unwrap());
+        prop_assert!(!dec.has_pending());
+    }
+
+    /// Gemma: real text streams back whole (byte fallback covers every byte), with `▁` as the
+    /// space it stands for.
+    #[test]
+    fn gemma_valid_text_streams_without_replacement(text in "(\\PC|[ \t\n]){0,48}") {
+        let tok = gemma();
+        let ids = tok.encode(&text, false, false).unwrap();
+        let mut dec = IncrementalDecoder::new(false);
+        let chunks = stream(tok, &mut dec, &ids);
+        for c in &chunks {
+            prop_assert!(!c.contains('\u{FFFD}') || text.contains('\u{FFFD}'), "{:?}", chunks);
+        }
+        prop_assert_eq!(chunks.concat(), text.replace('\u{2581}', " "));
+    }
+}
+
+#[test]
+fn gemma_byte_fallback_characters_come_out_whole() {
+    let tok = gemma();
+    // Characters Gemma has no token for are spelled byte by byte.
+    let text = "a\u{10fffd}b\u{e0100} \u{50000}!";
+    let ids = tok.encode(text, false, false).unwrap();
+    let mut dec = IncrementalDecoder::new(true);
+    let mut out = String::new();
+    let mut held = 0;
+    for &id in &ids {
+        let chunk = dec.push(tok, id).unwrap();
+        held += usize::from(chunk.is_empty() && dec.has_pending());
+        out.push_str(&chunk);
+    }
+    assert!(
+        held >= 3,
+        "byte tokens should end inside a character: {ids:?}"
+    );
+    out.push_str(&dec.flush());
+    assert_eq!(out, text);
 }
 
 #[test]

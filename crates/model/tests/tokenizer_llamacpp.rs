@@ -1,11 +1,11 @@
-//! The tokenizer against llama.cpp on the real GGUFs (SmolLM2, Qwen2.5-Coder): the same ids for
-//! every string of the corpus made by `scripts/tokenizer/make_reference.py`, and decoding gives
-//! the text back.
+//! The tokenizer against llama.cpp on the real GGUFs (SmolLM2, Qwen2.5-Coder, and Gemma 3's
+//! SentencePiece vocabulary): the same ids for every string of the corpus made by
+//! `scripts/tokenizer/make_reference.py`, and decoding gives the text back.
 
 mod common;
 
 use model::gguf::GgufFile;
-use model::tokenizer::{TokenAttr, Tokenizer};
+use model::tokenizer::{IncrementalDecoder, TokenAttr, Tokenizer};
 use std::sync::OnceLock;
 
 #[derive(serde::Deserialize)]
@@ -17,6 +17,14 @@ struct Case {
 
 /// Qwen2.5-Coder's corpus folder (in `data/tokenizer/`), named as `specula model pull` names it.
 const QWEN: &str = "qwen2.5-coder-0.5b";
+
+/// Gemma 3 270M's corpus folder.
+const GEMMA: &str = "gemma3-270m";
+
+fn gemma() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| named_tokenizer(GEMMA))
+}
 
 fn tokenizer() -> &'static Tokenizer {
     static TOK: OnceLock<Tokenizer> = OnceLock::new();
@@ -58,6 +66,11 @@ fn every_corpus_string_gets_llama_cpp_ids() {
 #[test]
 fn qwen_gets_llama_cpp_ids_for_every_corpus_string() {
     same_ids_as_llama_cpp(&named_tokenizer(QWEN), &corpus_in(QWEN));
+}
+
+#[test]
+fn gemma_gets_llama_cpp_ids_for_every_corpus_string() {
+    same_ids_as_llama_cpp(gemma(), &corpus_in(GEMMA));
 }
 
 fn same_ids_as_llama_cpp(tok: &Tokenizer, cases: &[Case]) {
@@ -150,4 +163,108 @@ fn qwen_special_tokens_match_llama_cpp() {
         Some(&b"<tool_call>"[..])
     );
     assert_eq!(tok.encode("<tool_call>", false, false).unwrap(), [151_657]);
+}
+
+#[test]
+fn gemma_decoding_gives_the_text_back() {
+    let tok = gemma();
+    let cases = corpus_in(GEMMA);
+    for c in &cases {
+        let ids = tok.encode(&c.text, true, c.parse_special).expect("encode");
+        // Byte fallback covers every byte, so nothing is dropped; but a `▁` in the input is the
+        // same token as an escaped space, so it comes back as a space.
+        let expected = c.text.replace('\u{2581}', " ");
+        // Shown specials: the BOS the model adds, then the text whole.
+        assert_eq!(
+            tok.decode(&ids, false).unwrap(),
+            format!("<bos>{expected}"),
+            "{ids:?}"
+        );
+        let control = ids[1..].iter().any(|&id| {
+            tok.token_attr(id)
+                .is_some_and(|a| a.has(TokenAttr::CONTROL))
+        });
+        if !control {
+            // Skipped specials: the added BOS goes, user-defined tokens stay as text.
+            assert_eq!(tok.decode(&ids, true).unwrap(), expected, "{ids:?}");
+        }
+        // Streaming from the first token adds up to the same text.
+        let mut dec = IncrementalDecoder::at_sequence_start(true);
+        let streamed = dec.push_all(tok, &ids).unwrap() + &dec.flush();
+        assert_eq!(streamed, tok.decode(&ids, true).unwrap(), "{ids:?}");
+    }
+}
+
+#[test]
+fn gemma_special_tokens_match_llama_cpp() {
+    let tok = gemma();
+    // As llama.cpp's load log prints them (`print_info`, "printing all EOG tokens").
+    assert_eq!(tok.kind(), ("llama", "default"));
+    assert_eq!(tok.vocab_size(), 262_144);
+    assert_eq!((tok.bos_id(), tok.eos_id()), (Some(2), Some(1)));
+    let s = tok.special_ids();
+    assert_eq!((s.unk, s.pad, s.eot), (Some(3), Some(0), Some(106)));
+    // `</s>` (212) is a user-defined token that looks like an end token: llama.cpp adds it to
+    // the EOG set and gives it the control attribute as well.
+    assert_eq!(tok.eog_ids(), [1, 106, 212]);
+    assert!(tok.token_attr(212).unwrap().has(TokenAttr::CONTROL));
+    assert!(tok.add_bos() && !tok.add_eos() && !tok.add_space_prefix());
+    assert!(tok.inner().is_none());
+    // BOS only with add_special; control tokens only with parse_special.
+    assert_eq!(tok.encode("hello", true, false).unwrap(), [2, 23391]);
+    assert_eq!(tok.encode("hello", false, false).unwrap(), [23391]);
+    assert_eq!(tok.encode("", true, true).unwrap(), [2]);
+    assert_eq!(tok.encode("<end_of_turn>", false, true).unwrap(), [106]);
+    assert!(
+        !tok.encode("<end_of_turn>", false, false)
+            .unwrap()
+            .contains(&106)
+    );
+    // User-defined runs of whitespace are cut out whatever parse_special says.
+    assert_eq!(
+        tok.encode("a  b", false, false).unwrap(),
+        [236746, 138, 236763]
+    );
+    assert_eq!(tok.encode("\n\n", false, false).unwrap(), [108]);
+    // Pieces: control tokens empty unless shown, byte tokens their byte, `▁` a space.
+    assert_eq!(tok.token_to_piece(106, false), Some(&b""[..]));
+    assert_eq!(tok.token_to_piece(106, true), Some(&b"<end_of_turn>"[..]));
+    assert_eq!(
+        tok.token_to_piece(255_999, false),
+        Some(&b"<start_of_image>"[..])
+    );
+    assert_eq!(tok.token_to_piece(248, false), Some(&b"\n"[..]));
+    assert_eq!(tok.token_to_piece(236_743, false), Some(&b" "[..]));
+    assert_eq!(tok.token_text(236_743), Some("\u{2581}"));
+    assert_eq!(tok.byte_to_token(0), Some(238));
+    assert_eq!(tok.byte_to_token(0xff), Some(493));
+    assert_eq!(tok.token_to_piece(493, false), Some(&[0xff_u8][..]));
+}
+
+#[test]
+fn gemma_byte_fallback_and_long_inputs() {
+    let tok = gemma();
+    // A character no token covers is spelled as its UTF-8 bytes (as llama.cpp does, see the
+    // corpus), which decode back to it.
+    let rare = "\u{10fffd}";
+    let ids = tok.encode(rare, false, false).unwrap();
+    let bytes: Vec<u32> = rare
+        .bytes()
+        .map(|b| tok.byte_to_token(b).unwrap())
+        .collect();
+    assert_eq!(ids, bytes);
+    assert_eq!(tok.decode(&ids, false).unwrap(), rare);
+    let mut dec = IncrementalDecoder::new(false);
+    assert_eq!(dec.push_all(tok, &ids[..3]).unwrap(), "");
+    assert_eq!(dec.push(tok, ids[3]).unwrap(), rare);
+    // A long prompt of prose, code and whitespace runs encodes quickly and round-trips.
+    let unit = "The quick brown fox jumps over the lazy dog.  \n\n\tfn main() { let x = 42; }\n\
+                Привет, мир! 你好，世界！ 😀 naïve café   <b>bold</b>\n";
+    let text = unit.repeat(200);
+    let start = std::time::Instant::now();
+    let ids = tok.encode(&text, false, true).unwrap();
+    let took = start.elapsed();
+    assert_eq!(tok.decode(&ids, false).unwrap(), text);
+    // Generous even for a debug build; a release build takes milliseconds.
+    assert!(took.as_secs() < 10, "{} bytes took {took:?}", text.len());
 }

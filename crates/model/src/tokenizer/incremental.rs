@@ -1,7 +1,8 @@
 //! Streaming detokenization: token ids in, complete UTF-8 text out.
 //!
-//! Byte-level BPE tokens are bytes, not characters: an emoji or a CJK character often spans two or
-//! three tokens, so decoding each token alone would emit broken characters. The decoder keeps the
+//! Tokens are bytes, not characters: in byte-level BPE an emoji or a CJK character often spans two
+//! or three tokens, and SentencePiece's byte fallback spells a character it has no token for as
+//! one `<0xXX>` token per byte, so decoding each token alone would emit broken characters. The decoder keeps the
 //! bytes of an unfinished character until the tokens that complete it arrive. Bytes that can never
 //! become a character become U+FFFD exactly where [`Tokenizer::decode`] puts them, so the chunks
 //! always add up to `decode` of the same ids (for vocabularies without llama.cpp's `clean_spaces`

@@ -1,13 +1,16 @@
 //! The tokenizer, built from GGUF metadata to give the same token ids as llama.cpp.
 //!
-//! Today: GPT-2-style byte-level BPE (`tokenizer.ggml.model` = "gpt2") with the pre-tokenizer
-//! types in [`pre`]. The BPE itself runs in a Hugging Face [`tokenizers::Tokenizer`] (the
-//! pre-type's regexes as `Split`s, byte-level mapping, merges); around it this module does what
-//! llama.cpp does and that tokenizer does not: special tokens are cut out of the text first
-//! (longest first; control tokens only when `parse_special` is on), BOS/EOS follow the
-//! `add_bos_token`/`add_eos_token` flags, and decoding works on bytes so that streaming
-//! ([`IncrementalDecoder`]) never splits a UTF-8 character. SentencePiece-style vocabularies
-//! (Gemma) would add a `Vocab` reader and piece table of their own beside the BPE ones.
+//! Two vocabulary types (`tokenizer.ggml.model`):
+//! - "gpt2": GPT-2-style byte-level BPE with the pre-tokenizer types in [`pre`]. The BPE itself
+//!   runs in a Hugging Face [`tokenizers::Tokenizer`] (the pre-type's regexes as `Split`s,
+//!   byte-level mapping, merges).
+//! - "llama": SentencePiece-style (Gemma 3): spaces escaped as `▁`, score-ordered merges over each
+//!   fragment of text, `<0xXX>` byte fallback ([`spm`]).
+//!
+//! Around either, this module does what llama.cpp does: special tokens are cut out of the text
+//! first (longest first; control tokens only when `parse_special` is on, user-defined ones
+//! always), BOS/EOS follow the `add_bos_token`/`add_eos_token` flags, and decoding works on bytes
+//! so that streaming ([`IncrementalDecoder`]) never splits a UTF-8 character.
 
 mod bpe;
 mod error;
@@ -15,6 +18,7 @@ mod incremental;
 mod pieces;
 pub mod pre;
 mod special;
+mod spm;
 #[cfg(test)]
 mod tests;
 mod vocab;
@@ -25,23 +29,30 @@ pub use vocab::{SpecialIds, TokenAttr};
 
 use crate::gguf::GgufFile;
 use pieces::Pieces;
-use special::Fragment;
+use special::{Fragment, SpecialTokens};
+use spm::Spm;
 use vocab::Vocab;
 
 /// `tokenizer.ggml.model` values we can build.
-pub const SUPPORTED_MODELS: &[&str] = &["gpt2"];
+pub const SUPPORTED_MODELS: &[&str] = &["gpt2", "llama"];
 
 /// A tokenizer for one model. Cheap to share (`&self` everywhere; `Send + Sync`).
 pub struct Tokenizer {
     vocab: Vocab,
-    inner: tokenizers::Tokenizer,
+    merges: Merges,
     pieces: Pieces,
     /// Special tokens in the order they are cut out of text.
-    special_order: Vec<u32>,
+    specials: SpecialTokens,
     /// End-of-generation ids, sorted.
     eog: Vec<u32>,
-    /// The token standing for each raw byte (byte-level vocabularies).
+    /// The token standing for each raw byte: its byte-level char (BPE) or `<0xXX>` (SPM).
     byte_tokens: [Option<u32>; 256],
+}
+
+/// What turns a fragment of plain text into tokens.
+enum Merges {
+    Bpe(Box<tokenizers::Tokenizer>),
+    Spm(Spm),
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -60,22 +71,44 @@ impl Tokenizer {
     /// Builds the tokenizer from the `tokenizer.*` metadata of a GGUF file.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
         let model = gguf.get_str("tokenizer.ggml.model")?;
-        if !SUPPORTED_MODELS.contains(&model) {
-            return Err(TokenizerError::UnsupportedModel(model.to_string()));
+        let pre_name = match gguf.get("tokenizer.ggml.pre") {
+            None => None,
+            Some(_) => Some(gguf.get_str("tokenizer.ggml.pre")?),
+        };
+        match model {
+            "gpt2" => Self::bpe(gguf, model, pre_name),
+            // llama.cpp reads no pre-tokenizer type for SentencePiece vocabularies.
+            "llama" => Self::spm(gguf, model, pre_name.unwrap_or("default")),
+            _ => Err(TokenizerError::UnsupportedModel(model.to_string())),
         }
+    }
+
+    fn spm(gguf: &GgufFile, model: &str, pre_name: &str) -> Result<Self, TokenizerError> {
+        let mut vocab = Vocab::read_spm(gguf, model, pre_name)?;
+        // Retypes some tokens (e.g. Gemma's user-defined `</s>` becomes control as well), so it
+        // comes before the special-token index and the pieces are built.
+        let eog = special::detect_special_tokens(&mut vocab);
+        let spm = Spm::new(&vocab);
+        let byte_tokens = std::array::from_fn(|b| spm.byte_token(b as u8));
+        Ok(Self {
+            merges: Merges::Spm(spm),
+            pieces: Pieces::spm(&vocab),
+            specials: SpecialTokens::new(&vocab),
+            vocab,
+            eog,
+            byte_tokens,
+        })
+    }
+
+    fn bpe(gguf: &GgufFile, model: &str, pre_name: Option<&str>) -> Result<Self, TokenizerError> {
         // llama.cpp falls back to a "default" pre-tokenizer (and warns of degraded output) when
         // the key is missing; we ask for a file that names one.
-        let pre_name = match gguf.get("tokenizer.ggml.pre") {
-            None => "(missing)",
-            Some(_) => gguf.get_str("tokenizer.ggml.pre")?,
-        };
+        let pre_name = pre_name.unwrap_or("(missing)");
         let spec = pre::lookup(pre_name)
             .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre_name.to_string()))?;
         let mut vocab = Vocab::read_bpe(gguf, model, pre_name, spec)?;
         let eog = special::detect_special_tokens(&mut vocab);
-        let special_order = special::special_token_order(&vocab);
         let inner = bpe::build(&vocab)?;
-        let pieces = Pieces::byte_level(&vocab);
         let chars = pieces::byte_chars();
         let byte_tokens = std::array::from_fn(|b| {
             vocab
@@ -84,10 +117,10 @@ impl Tokenizer {
                 .copied()
         });
         Ok(Self {
+            merges: Merges::Bpe(Box::new(inner)),
+            pieces: Pieces::byte_level(&vocab),
+            specials: SpecialTokens::new(&vocab),
             vocab,
-            inner,
-            pieces,
-            special_order,
             eog,
             byte_tokens,
         })
@@ -107,10 +140,25 @@ impl Tokenizer {
         if add_special && self.vocab.add_bos {
             ids.extend(self.vocab.special.bos);
         }
-        for frag in special::partition(text, &self.vocab, &self.special_order, parse_special) {
+        // SentencePiece: text at the start or right after a special token gets a space before
+        // it when the model has `add_space_prefix` (llama.cpp's `is_prev_special`).
+        let mut after_special = true;
+        for frag in special::partition(text, &self.vocab, &self.specials, parse_special) {
             match frag {
-                Fragment::Token(id) => ids.push(id),
-                Fragment::Text(r) => bpe::encode_plain(&self.inner, &text[r], &mut ids)?,
+                Fragment::Token(id) => {
+                    ids.push(id);
+                    after_special = true;
+                }
+                Fragment::Text(r) => {
+                    match &self.merges {
+                        Merges::Bpe(inner) => bpe::encode_plain(inner, &text[r], &mut ids)?,
+                        Merges::Spm(spm) => {
+                            let prefix = self.vocab.add_space_prefix && after_special;
+                            spm.encode(&self.vocab, &text[r], prefix, &mut ids)?;
+                        }
+                    }
+                    after_special = false;
+                }
             }
         }
         if add_special && self.vocab.add_eos {
@@ -187,18 +235,21 @@ impl Tokenizer {
             })
     }
 
-    /// The token for one raw byte, or `None` where the vocabulary has none (such bytes are
-    /// dropped from the input, as llama.cpp drops them).
+    /// The token for one raw byte, or `None` where the vocabulary has none. Byte-level BPE: its
+    /// char (bytes without one are dropped from the input, as llama.cpp drops them).
+    /// SentencePiece: its `<0xXX>` byte-fallback token.
     pub fn byte_to_token(&self, byte: u8) -> Option<u32> {
         self.byte_tokens[usize::from(byte)]
     }
 
-    /// The token's text as the vocabulary stores it (byte-level characters, e.g. `Ġthe`).
+    /// The token's text as the vocabulary stores it (byte-level characters, e.g. `Ġthe`, or
+    /// SentencePiece's `▁the`).
     pub fn token_text(&self, id: u32) -> Option<&str> {
         self.vocab.tokens.get(id as usize).map(String::as_str)
     }
 
-    /// The id of a vocabulary text (byte-level characters), e.g. `<|im_end|>`.
+    /// The id of a vocabulary text (as [`token_text`](Self::token_text) gives it), e.g.
+    /// `<|im_end|>`.
     pub fn token_to_id(&self, text: &str) -> Option<u32> {
         self.vocab.token_to_id.get(text).copied()
     }
@@ -245,7 +296,8 @@ impl Tokenizer {
         self.vocab.add_eos
     }
 
-    /// Whether decoding strips one leading space from the first token.
+    /// Whether decoding strips one leading space from the first token (and SentencePiece
+    /// encoding adds one before text at the start or after a special token).
     pub fn add_space_prefix(&self) -> bool {
         self.vocab.add_space_prefix
     }
@@ -255,9 +307,13 @@ impl Tokenizer {
         (&self.vocab.model, &self.vocab.pre)
     }
 
-    /// The Hugging Face tokenizer inside. Its own `encode` recognises every special token (as
-    /// `parse_special` on) and never adds BOS/EOS; prefer [`encode`](Self::encode).
-    pub fn inner(&self) -> &tokenizers::Tokenizer {
-        &self.inner
+    /// The Hugging Face tokenizer inside a BPE tokenizer (`None` for SentencePiece). Its own
+    /// `encode` recognises every special token (as `parse_special` on) and never adds BOS/EOS;
+    /// prefer [`encode`](Self::encode).
+    pub fn inner(&self) -> Option<&tokenizers::Tokenizer> {
+        match &self.merges {
+            Merges::Bpe(inner) => Some(inner),
+            Merges::Spm(_) => None,
+        }
     }
 }

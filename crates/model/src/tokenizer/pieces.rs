@@ -1,5 +1,5 @@
-//! Token pieces: the bytes each token stands for (GPT-2 byte-level decoding), precomputed once,
-//! and llama.cpp's `clean_spaces` pass over decoded text.
+//! Token pieces: the bytes each token stands for (GPT-2 byte-level decoding, or SentencePiece's
+//! `▁` for a space), precomputed once, and llama.cpp's `clean_spaces` pass over decoded text.
 
 use super::vocab::{TokenAttr, Vocab};
 use std::collections::HashMap;
@@ -36,37 +36,54 @@ pub struct Pieces {
 }
 
 impl Pieces {
-    /// Pieces as llama.cpp's `token_to_piece` gives them with `special` on: control, unknown and
-    /// user-defined tokens as their text, normal ones byte-decoded, byte tokens (`<0xXX>`) as the
-    /// byte, anything else (unused, undefined) as nothing.
+    /// Pieces as llama.cpp's `token_to_piece` gives them with `special` on, for a GPT-2
+    /// byte-level vocabulary: control, unknown and user-defined tokens as their text, normal ones
+    /// byte-decoded, byte tokens (`<0xXX>`) as the byte, anything else (unused, undefined) as
+    /// nothing.
     pub fn byte_level(vocab: &Vocab) -> Self {
         let table = unicode_to_byte();
+        Self::build(vocab, |text, bytes| {
+            for c in text.chars() {
+                match table.get(&c) {
+                    Some(&b) => bytes.push(b),
+                    // What llama.cpp's `llama_decode_text` writes for a char outside the byte
+                    // table (a vocabulary that is not really byte-level).
+                    None => {
+                        let mut utf8 = [0u8; 4];
+                        let hex: String = c
+                            .encode_utf8(&mut utf8)
+                            .bytes()
+                            .map(|b| format!("{b:02x}"))
+                            .collect();
+                        bytes.extend_from_slice(format!("[UNK_BYTE_0x{hex}{text}]").as_bytes());
+                    }
+                }
+            }
+        })
+    }
+
+    /// Pieces of a SentencePiece vocabulary, as llama.cpp's `token_to_piece` gives them with
+    /// `special` on: as [`byte_level`](Self::byte_level), except that a normal token is its text
+    /// with every `▁` (U+2581) turned back into a space.
+    pub fn spm(vocab: &Vocab) -> Self {
+        Self::build(vocab, |text, bytes| {
+            bytes.extend_from_slice(text.replace(SPM_SPACE, " ").as_bytes());
+        })
+    }
+
+    /// Every token's piece, with `normal` writing the piece of a normal token.
+    fn build(vocab: &Vocab, mut normal: impl FnMut(&str, &mut Vec<u8>)) -> Self {
+        let verbatim = TokenAttr::CONTROL
+            .union(TokenAttr::UNKNOWN)
+            .union(TokenAttr::USER_DEFINED);
         let mut bytes = Vec::new();
         let mut ranges = Vec::with_capacity(vocab.len());
         for (text, &attr) in vocab.tokens.iter().zip(&vocab.attrs) {
             let start = bytes.len();
-            let verbatim = TokenAttr::CONTROL
-                .union(TokenAttr::UNKNOWN)
-                .union(TokenAttr::USER_DEFINED);
             if attr.has(verbatim) {
                 bytes.extend_from_slice(text.as_bytes());
             } else if attr.has(TokenAttr::NORMAL) {
-                for c in text.chars() {
-                    match table.get(&c) {
-                        Some(&b) => bytes.push(b),
-                        // What llama.cpp's `llama_decode_text` writes for a char outside the
-                        // byte table (a vocabulary that is not really byte-level).
-                        None => {
-                            let mut utf8 = [0u8; 4];
-                            let hex: String = c
-                                .encode_utf8(&mut utf8)
-                                .bytes()
-                                .map(|b| format!("{b:02x}"))
-                                .collect();
-                            bytes.extend_from_slice(format!("[UNK_BYTE_0x{hex}{text}]").as_bytes());
-                        }
-                    }
-                }
+                normal(text, &mut bytes);
             } else if attr.has(TokenAttr::BYTE)
                 && let Some(b) = parse_byte_token(text)
             {
@@ -82,6 +99,9 @@ impl Pieces {
         self.ranges.get(id as usize).map(|r| &self.bytes[r.clone()])
     }
 }
+
+/// SentencePiece's stand-in for a space (U+2581, "lower one eighth block").
+pub const SPM_SPACE: &str = "\u{2581}";
 
 /// `<0xAB>` → 0xAB.
 fn parse_byte_token(text: &str) -> Option<u8> {

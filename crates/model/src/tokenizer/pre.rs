@@ -109,6 +109,17 @@ const LLAMA3_SPEC: PreTokenizerSpec = PreTokenizerSpec {
     add_bos_default: true,
 };
 
+/// SentencePiece vocabularies (`tokenizer.ggml.model` = "llama"): llama.cpp ignores
+/// `tokenizer.ggml.pre` for them (always its "default" type); there is no regex split, since the
+/// merge runs over each whole fragment of text, and BOS is added unless the file says otherwise.
+pub const SPM: PreTokenizerSpec = PreTokenizerSpec {
+    kind: "default",
+    regexes: &[],
+    ignore_merges: false,
+    clean_spaces: false,
+    add_bos_default: true,
+};
+
 /// The spec for a `tokenizer.ggml.pre` value, or `None` when we do not support it.
 pub fn lookup(name: &str) -> Option<PreTokenizerSpec> {
     TABLE.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)

@@ -167,17 +167,81 @@ fn mark_control(vocab: &mut Vocab, id: u32) {
     }
 }
 
-/// Ids matched in text before the BPE runs: control, unknown and user-defined tokens, longest
-/// text first (ties by id; llama.cpp's unstable sort leaves their order unspecified).
-pub fn special_token_order(vocab: &Vocab) -> Vec<u32> {
-    let mask = TokenAttr::CONTROL
-        .union(TokenAttr::USER_DEFINED)
-        .union(TokenAttr::UNKNOWN);
-    let mut ids: Vec<u32> = (0..vocab.len() as u32)
-        .filter(|&id| vocab.attrs[id as usize].has(mask))
-        .collect();
-    ids.sort_by_key(|&id| (std::cmp::Reverse(vocab.tokens[id as usize].len()), id));
-    ids
+/// The special tokens matched in text before the BPE or SentencePiece merges run: control,
+/// unknown and user-defined tokens, longest text first (ties by id; llama.cpp's unstable sort
+/// leaves their order unspecified), with an index by text that finds the few of them a given
+/// text holds. Gemma has 6414 of them: searching the text for each would cost more than the
+/// tokenization itself.
+#[derive(Debug, Clone)]
+pub struct SpecialTokens {
+    /// Ids in the order they are cut out.
+    order: Vec<u32>,
+    /// Positions in `order`, sorted by the token's text (bytes), so that the texts sharing a
+    /// prefix are neighbours.
+    by_text: Vec<u32>,
+    /// Whether some special text starts with this byte.
+    first_byte: [bool; 256],
+}
+
+impl SpecialTokens {
+    pub fn new(vocab: &Vocab) -> Self {
+        let mask = TokenAttr::CONTROL
+            .union(TokenAttr::USER_DEFINED)
+            .union(TokenAttr::UNKNOWN);
+        let mut order: Vec<u32> = (0..vocab.len() as u32)
+            .filter(|&id| vocab.attrs[id as usize].has(mask))
+            .collect();
+        order.sort_by_key(|&id| (std::cmp::Reverse(vocab.tokens[id as usize].len()), id));
+        let text = |pos: u32| vocab.tokens[order[pos as usize] as usize].as_bytes();
+        let mut by_text: Vec<u32> = (0..order.len() as u32).collect();
+        by_text.sort_by(|&a, &b| text(a).cmp(text(b)));
+        let mut first_byte = [false; 256];
+        for &id in &order {
+            if let Some(&b) = vocab.tokens[id as usize].as_bytes().first() {
+                first_byte[usize::from(b)] = true;
+            }
+        }
+        Self {
+            order,
+            by_text,
+            first_byte,
+        }
+    }
+
+    /// The ids of `order` whose text occurs somewhere in `text`, in that order. For each start
+    /// position this walks the sorted texts as a trie: the range of texts that share the bytes
+    /// read so far narrows by binary search until it is empty.
+    fn present(&self, text: &str, vocab: &Vocab) -> Vec<u32> {
+        let bytes = text.as_bytes();
+        let token = |pos: u32| vocab.tokens[self.order[pos as usize] as usize].as_bytes();
+        let mut found = vec![false; self.order.len()];
+        for start in 0..bytes.len() {
+            if !self.first_byte[usize::from(bytes[start])] {
+                continue;
+            }
+            let mut range = &self.by_text[..];
+            for (depth, &b) in bytes[start..].iter().enumerate() {
+                // Every text left in `range` is longer than `depth` and matches the bytes before.
+                let lo = range.partition_point(|&p| token(p)[depth] < b);
+                let hi = range.partition_point(|&p| token(p)[depth] <= b);
+                range = &range[lo..hi];
+                // The text that ends here sorts first among those sharing this prefix.
+                if let Some((&p, rest)) = range.split_first()
+                    && token(p).len() == depth + 1
+                {
+                    found[p as usize] = true;
+                    range = rest;
+                }
+                if range.is_empty() {
+                    break;
+                }
+            }
+        }
+        (0..self.order.len())
+            .filter(|&p| found[p])
+            .map(|p| self.order[p])
+            .collect()
+    }
 }
 
 /// A piece of input: text still to tokenize, or a special token already recognised.
@@ -187,17 +251,23 @@ pub enum Fragment {
     Token(u32),
 }
 
-/// Cuts `text` around special tokens, one token at a time in `order`, as llama.cpp's
+/// Cuts `text` around special tokens, one token at a time in their order, as llama.cpp's
 /// `tokenizer_st_partition` does. Control and unknown tokens are only recognised when
-/// `parse_special` is set; user-defined tokens always are.
-pub fn partition(text: &str, vocab: &Vocab, order: &[u32], parse_special: bool) -> Vec<Fragment> {
-    let mut frags = if text.is_empty() {
-        Vec::new()
-    } else {
-        vec![Fragment::Text(0..text.len())]
-    };
+/// `parse_special` is set; user-defined tokens always are. Only the tokens that occur in `text`
+/// are tried: a token absent from the whole text is absent from every fragment of it, so the
+/// result is the same as trying them all.
+pub fn partition(
+    text: &str,
+    vocab: &Vocab,
+    specials: &SpecialTokens,
+    parse_special: bool,
+) -> Vec<Fragment> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let mut frags = vec![Fragment::Text(0..text.len())];
     let skip_unless_parsing = TokenAttr::CONTROL.union(TokenAttr::UNKNOWN);
-    for &id in order {
+    for id in specials.present(text, vocab) {
         if !parse_special && vocab.attrs[id as usize].has(skip_unless_parsing) {
             continue;
         }

@@ -1,9 +1,10 @@
-//! The vocabulary as the GGUF metadata describes it: token texts, their attributes, the merges,
-//! the special ids and flags, read the way llama.cpp's `llama_vocab::impl::load` reads them.
+//! The vocabulary as the GGUF metadata describes it: token texts, their attributes and scores,
+//! the merges, the special ids and flags, read the way llama.cpp's `llama_vocab::impl::load`
+//! reads them (with its defaults for each vocabulary type).
 
 use super::TokenizerError;
 use super::pre::PreTokenizerSpec;
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, MetaValue};
 use std::collections::HashMap;
 
 /// Token attributes, bit for bit llama.cpp's `llama_token_attr`.
@@ -71,17 +72,28 @@ pub struct Vocab {
     pub spec: PreTokenizerSpec,
     pub tokens: Vec<String>,
     pub attrs: Vec<TokenAttr>,
+    /// `tokenizer.ggml.scores` (0 where the key is absent): the merge priority of SentencePiece
+    /// vocabularies, higher first. Unused by BPE.
+    pub scores: Vec<f32>,
     pub token_to_id: HashMap<String, u32>,
-    /// Merge pairs in rank order.
+    /// Merge pairs in rank order (BPE only; empty for SentencePiece).
     pub merges: Vec<(String, String)>,
     pub special: SpecialIds,
     pub add_bos: bool,
     pub add_eos: bool,
-    /// Strip one leading space from the first decoded token (SentencePiece-style models).
+    /// Strip one leading space from the first decoded token, and (SentencePiece) add one before
+    /// text that starts the input or follows a special token.
     pub add_space_prefix: bool,
 }
 
 const MERGES: &str = "tokenizer.ggml.merges";
+
+/// What llama.cpp assumes for one vocabulary type before it reads the optional keys.
+struct Defaults {
+    special: SpecialIds,
+    add_bos: bool,
+    add_space_prefix: bool,
+}
 
 impl Vocab {
     /// Reads a GPT-2-style BPE vocabulary; `spec` comes from `tokenizer.ggml.pre`.
@@ -91,43 +103,60 @@ impl Vocab {
         pre: &str,
         spec: PreTokenizerSpec,
     ) -> Result<Self, TokenizerError> {
-        let raw_tokens = gguf.get_str_array("tokenizer.ggml.tokens")?;
-        let n = raw_tokens.len();
-        if n == 0 || n > u32::MAX as usize {
-            return Err(TokenizerError::Invalid(format!("{n} tokens")));
-        }
-        let mut tokens = Vec::with_capacity(n);
-        let mut token_to_id = HashMap::with_capacity(n);
-        for (i, t) in raw_tokens.iter().enumerate() {
-            // llama.cpp renames empty tokens so that every text stays unique.
-            let text = if t.is_empty() {
-                format!("[EMPTY_{i}]")
-            } else {
-                t.to_string()
-            };
-            if token_to_id.insert(text.clone(), i as u32).is_some() {
-                return Err(TokenizerError::Invalid(format!(
-                    "token `{text}` appears twice"
-                )));
-            }
-            tokens.push(text);
-        }
-        let attrs = read_attrs(gguf, n)?;
-        let merges = read_merges(gguf)?;
-        let special = read_special_ids(
-            gguf,
-            n,
-            SpecialIds {
+        let defaults = |n: usize| Defaults {
+            special: SpecialIds {
                 // llama.cpp's defaults for "gpt2" vocabularies, used when the keys are absent.
                 bos: Some(11).filter(|&id| (id as usize) < n),
                 eos: Some(11).filter(|&id| (id as usize) < n),
                 ..SpecialIds::default()
             },
-        )?;
-        let add_bos =
-            opt_bool(gguf, "tokenizer.ggml.add_bos_token")?.unwrap_or(spec.add_bos_default);
+            add_bos: spec.add_bos_default,
+            add_space_prefix: false,
+        };
+        let mut vocab = Self::read(gguf, model, pre, spec, defaults)?;
+        vocab.merges = read_merges(gguf)?;
+        Ok(vocab)
+    }
+
+    /// Reads a SentencePiece vocabulary (`tokenizer.ggml.model` = "llama"): llama.cpp's
+    /// defaults for it are BOS 1, EOS 2, UNK 0, BOS added and a space prefix, each overridden by
+    /// the file's keys (Gemma 3 turns the space prefix off).
+    pub fn read_spm(gguf: &GgufFile, model: &str, pre: &str) -> Result<Self, TokenizerError> {
+        let defaults = |n: usize| {
+            let in_vocab = |id: u32| Some(id).filter(|&id| (id as usize) < n);
+            Defaults {
+                special: SpecialIds {
+                    bos: in_vocab(1),
+                    eos: in_vocab(2),
+                    unk: in_vocab(0),
+                    ..SpecialIds::default()
+                },
+                add_bos: super::pre::SPM.add_bos_default,
+                add_space_prefix: true,
+            }
+        };
+        Self::read(gguf, model, pre, super::pre::SPM, defaults)
+    }
+
+    /// What every vocabulary type shares: tokens, attributes, scores, special ids and flags.
+    /// `defaults` gets the vocabulary size (a default id outside it is no id).
+    fn read(
+        gguf: &GgufFile,
+        model: &str,
+        pre: &str,
+        spec: PreTokenizerSpec,
+        defaults: impl FnOnce(usize) -> Defaults,
+    ) -> Result<Self, TokenizerError> {
+        let (tokens, token_to_id) = read_tokens(gguf)?;
+        let n = tokens.len();
+        let defaults = defaults(n);
+        let attrs = read_attrs(gguf, n)?;
+        let scores = read_scores(gguf, n)?;
+        let special = read_special_ids(gguf, n, defaults.special)?;
+        let add_bos = opt_bool(gguf, "tokenizer.ggml.add_bos_token")?.unwrap_or(defaults.add_bos);
         let add_eos = opt_bool(gguf, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
-        let add_space_prefix = opt_bool(gguf, "tokenizer.ggml.add_space_prefix")?.unwrap_or(false);
+        let add_space_prefix =
+            opt_bool(gguf, "tokenizer.ggml.add_space_prefix")?.unwrap_or(defaults.add_space_prefix);
         if add_bos && special.bos.is_none() {
             return Err(TokenizerError::MissingSpecialToken("BOS"));
         }
@@ -140,8 +169,9 @@ impl Vocab {
             spec,
             tokens,
             attrs,
+            scores,
             token_to_id,
-            merges,
+            merges: Vec::new(),
             special,
             add_bos,
             add_eos,
@@ -152,6 +182,60 @@ impl Vocab {
     pub fn len(&self) -> usize {
         self.tokens.len()
     }
+}
+
+/// The token texts and the map back to ids.
+fn read_tokens(gguf: &GgufFile) -> Result<(Vec<String>, HashMap<String, u32>), TokenizerError> {
+    let raw_tokens = gguf.get_str_array("tokenizer.ggml.tokens")?;
+    let n = raw_tokens.len();
+    if n == 0 || n > u32::MAX as usize {
+        return Err(TokenizerError::Invalid(format!("{n} tokens")));
+    }
+    let mut tokens = Vec::with_capacity(n);
+    let mut token_to_id = HashMap::with_capacity(n);
+    for (i, t) in raw_tokens.iter().enumerate() {
+        // llama.cpp renames empty tokens so that every text stays unique.
+        let text = if t.is_empty() {
+            format!("[EMPTY_{i}]")
+        } else {
+            t.to_string()
+        };
+        if token_to_id.insert(text.clone(), i as u32).is_some() {
+            return Err(TokenizerError::Invalid(format!(
+                "token `{text}` appears twice"
+            )));
+        }
+        tokens.push(text);
+    }
+    Ok((tokens, token_to_id))
+}
+
+/// Scores from `tokenizer.ggml.scores` (f32, or i32 as llama.cpp also accepts; all 0 when the
+/// key is absent). A negative zero becomes a positive one: llama.cpp compares scores with `<`,
+/// for which the two are equal, and the merge orders them with a total order.
+fn read_scores(gguf: &GgufFile, n: usize) -> Result<Vec<f32>, TokenizerError> {
+    let key = "tokenizer.ggml.scores";
+    if gguf.get(key).is_none() {
+        return Ok(vec![0.0; n]);
+    }
+    let values = gguf.get_array(key)?;
+    if values.len() < n {
+        return Err(TokenizerError::Invalid(format!(
+            "{key} has {} entries for {n} tokens",
+            values.len()
+        )));
+    }
+    values[..n]
+        .iter()
+        .map(|v| match *v {
+            MetaValue::F32(x) => Ok(x + 0.0),
+            MetaValue::I32(x) => Ok(x as f32),
+            _ => Err(TokenizerError::Invalid(format!(
+                "{key} holds {}",
+                v.type_name()
+            ))),
+        })
+        .collect()
 }
 
 fn opt_bool(gguf: &GgufFile, key: &str) -> Result<Option<bool>, TokenizerError> {

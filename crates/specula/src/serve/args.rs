@@ -67,7 +67,8 @@ pub struct ServeArgs {
     #[arg(long, value_enum, ignore_case = true, default_value = "NONE")]
     #[serde(with = "opt_named")]
     pub speculative_algorithm: Option<speculative::Algorithm>,
-    /// The draft model for STANDALONE: a GGUF file with the target's tokenizer.
+    /// The draft model for STANDALONE: a GGUF file with the target's tokenizer, or a model by
+    /// name (`specula model list`).
     #[arg(long)]
     pub speculative_draft_model_path: Option<PathBuf>,
     /// Draft tokens a sequence verifies per step at most (the nodes of its draft tree)

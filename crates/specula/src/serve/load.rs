@@ -74,7 +74,9 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
         .speculative_draft_model_path
         .as_deref()
         .map(|p| {
-            let mut draft = Model::load(p)
+            // A file, or a model by name (pulled if missing), as `--model` takes.
+            let p = crate::models::resolve(Some(p))?;
+            let mut draft = Model::load(&p)
                 .with_context(|| format!("cannot load the draft model {}", p.display()))?;
             draft.activations = s.activations;
             anyhow::Ok(draft)
