@@ -6,7 +6,8 @@
 #
 # Usage: scripts/bench-llama-server.sh [extra specula bench flags, e.g. --concurrency 1,2,5]
 # Environment: PORT (30000), PARALLEL (llama-server -np, 8), CTX_PER_SLOT (2048), THREADS (2),
-#              OUT_DIR (target/bench-results), NAME (llama-server: the result files' stem)
+#              OUT_DIR (target/bench-results), NAME (llama-server: the result files' stem),
+#              MODEL or FORMAT (which file: scripts/serve-model.sh)
 # llama-server ties an HTTP thread to each open connection, so the sweep runs with
 # --no-keep-alive (see README).
 set -euo pipefail
@@ -19,14 +20,15 @@ OUT_DIR="${OUT_DIR:-target/bench-results}"
 NAME="${NAME:-llama-server}"
 mkdir -p "$OUT_DIR"
 
-# FORMAT: the default model as shipped (Q4_1) or requantised by llama.cpp (scripts/requantize.sh).
-FORMAT="${FORMAT:-Q4_1}"
-model=$(scripts/requantize.sh "$FORMAT" | tail -n1)
+# MODEL (a model by name) or FORMAT (the default model as shipped, Q4_1, or requantised).
+served=$(scripts/serve-model.sh)
+model=$(tail -n1 <<< "$served")
+name=$(sed -n 's/^name: //p' <<< "$served")
 bin_dir=$(scripts/build-llama-cpp.sh | tail -n1)
 cargo build --release --quiet
 
 log="$OUT_DIR/$NAME.server.log"
-"$bin_dir/llama-server" -m "$model" -a SmolLM2-135M-Instruct-Q4_1 --host 127.0.0.1 --port "$PORT" \
+"$bin_dir/llama-server" -m "$model" -a "$name" --host 127.0.0.1 --port "$PORT" \
     -np "$PARALLEL" -c $((PARALLEL * CTX_PER_SLOT)) -t "$THREADS" >"$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT

@@ -7,22 +7,24 @@
 # Environment: THREADS (2), PARALLEL (llama-server -np, 64), CTX_PER_SLOT (1024),
 #              OUT_DIR (target/bench-results), PORT (30000), FORMAT (Q4_1: the shipped file; any
 #              llama-quantize preset, e.g. Q4_0 or Q4_K_M, serves the default model requantised),
+#              MODEL (instead of FORMAT: a model by name, e.g. qwen2.5-coder-0.5b),
 #              SPECULA_ARGS (extra `specula serve` flags, e.g. "--activations int16")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS="${THREADS:-2}"
 PORT="${PORT:-30000}"
 OUT_DIR="${OUT_DIR:-target/bench-results}"
-export THREADS PORT OUT_DIR FORMAT
+export THREADS PORT OUT_DIR FORMAT MODEL
 mkdir -p "$OUT_DIR"
-# FORMAT: the default model as shipped (Q4_1) or requantised by llama.cpp (scripts/requantize.sh).
-FORMAT="${FORMAT:-Q4_1}"
-model=$(scripts/requantize.sh "$FORMAT" | tail -n1)
+# MODEL (a model by name) or FORMAT (the default model as shipped, Q4_1, or requantised).
+served=$(scripts/serve-model.sh)
+model=$(tail -n1 <<< "$served")
+name=$(sed -n 's/^name: //p' <<< "$served")
 cargo build --release --quiet
 
 log="$OUT_DIR/specula.server.log"
 target/release/specula serve --model-path "$model" --host 127.0.0.1 --port "$PORT" \
-    --threads "$THREADS" --served-model-name "SmolLM2-135M-Instruct-$FORMAT" ${SPECULA_ARGS:-} >"$log" 2>&1 &
+    --threads "$THREADS" --served-model-name "$name" ${SPECULA_ARGS:-} >"$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 for _ in $(seq 1 300); do
