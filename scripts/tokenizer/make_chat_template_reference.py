@@ -11,6 +11,9 @@ crates/model/tests/chat_template_llamacpp.rs checks that `ChatTemplate::render` 
 
 Usage:
     scripts/tokenizer/make_chat_template_reference.py
+    scripts/tokenizer/make_chat_template_reference.py qwen2.5-coder-0.5b   # a model by name
+        (pulled by `specula model pull`) into chat_template/NAME.jsonl, with conversations that
+        offer tools, make calls and return their results (Qwen's template takes them)
     SPECULA_MODEL=... LLAMA_CPP_BIN=... PORT=30222 scripts/tokenizer/make_chat_template_reference.py
 """
 
@@ -82,6 +85,41 @@ CASES = [
 ]
 
 
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "description": "The time now."}},
+]
+
+
+def call(name, arguments, id_):
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# Conversations with tools, for the templates that take them (Qwen's).
+TOOL_CASES = [
+    ("tools_offered", {"messages": [user("What's the weather like in Paris right now?")],
+                       "tools": TOOLS}),
+    ("tools_with_system", {"messages": [system("Be brief."), user("Time?")], "tools": TOOLS}),
+    ("tool_round_trip", {"messages": [
+        user("Weather in Paris?"),
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("get_weather", "{\"city\": \"Paris\"}", "call_1")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature_c\": 22}"},
+    ], "tools": TOOLS}),
+    ("two_calls_two_results", {"messages": [
+        user("Weather and time?"),
+        {"role": "assistant", "content": "Checking.",
+         "tool_calls": [call("get_weather", "{\"city\": \"Oslo\"}", "a"), call("get_time", "{}", "b")]},
+        {"role": "tool", "tool_call_id": "a", "content": "rain"},
+        {"role": "tool", "tool_call_id": "b", "content": "12:00"},
+        assistant("Rain, and it is noon."), user("Thanks"),
+    ], "tools": TOOLS}),
+]
+
+
 def post(path, body):
     req = urllib.request.Request(f"http://{HOST}:{PORT}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -110,18 +148,25 @@ def last_line(cmd):
 
 
 def main():
-    model = os.environ.get("SPECULA_MODEL") or last_line([str(ROOT / "scripts/fetch-model.sh")])
+    name = sys.argv[1] if len(sys.argv) > 1 else None
+    out = OUT.with_name(f"{name}.jsonl") if name else OUT
+    cases = CASES + (TOOL_CASES if name and name.startswith("qwen") else [])
+    if name:
+        model = last_line(["cargo", "run", "--release", "--quiet", "-p", "specula", "--",
+                           "model", "pull", name])
+    else:
+        model = os.environ.get("SPECULA_MODEL") or last_line([str(ROOT / "scripts/fetch-model.sh")])
     bin_dir = os.environ.get("LLAMA_CPP_BIN") or last_line([str(ROOT / "scripts/build-llama-cpp.sh")])
     cmd = [str(Path(bin_dir) / "llama-server"), "-m", model, "--host", HOST, "--port", str(PORT),
            "-c", "512", "-np", "1", "-t", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_healthy(proc)
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        with open(OUT, "w", encoding="utf-8") as f:
-            for name, request in CASES:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w", encoding="utf-8") as f:
+            for case, request in cases:
                 prompt = post("/apply-template", request)["prompt"]
-                f.write(json.dumps({"name": name, "request": request, "prompt": prompt},
+                f.write(json.dumps({"name": case, "request": request, "prompt": prompt},
                                    ensure_ascii=False) + "\n")
     finally:
         proc.terminate()
@@ -130,7 +175,7 @@ def main():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    print(f"make_chat_template_reference: wrote {len(CASES)} renderings to {OUT}", file=sys.stderr)
+    print(f"make_chat_template_reference: wrote {len(cases)} renderings to {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -271,8 +271,12 @@ impl ModelWeights {
     /// memory holds about one copy of the weights even while loading.
     fn pack(&mut self, file: &GgufFile) {
         let mut all: Vec<&mut Linear> = self.products_mut().collect();
+        // Largest first, taken in that order as threads come free: while a tensor is copied its
+        // mapped pages and its copy are both resident, so the big ones (an output head of
+        // 144 MB) go while little else is packed yet, and the peak stays near the final size.
+        all.sort_by_key(|l| std::cmp::Reverse(l.range.len()));
         kernels::threads::run(|| {
-            all.par_iter_mut().for_each(|l| {
+            all.into_iter().par_bridge().for_each(|l| {
                 l.packed = PackedMatrix::for_this_cpu(&l.matrix(file)).map(Arc::new);
                 if l.packed.is_some() {
                     file.release(l.range.clone());

@@ -1,5 +1,7 @@
-//! The SmolLM2 chat template against llama.cpp: for every conversation rendered by llama-server's
-//! `/apply-template` (`scripts/tokenizer/make_chat_template_reference.py`), the same prompt.
+//! The chat templates against llama.cpp: for every conversation rendered by llama-server's
+//! `/apply-template` (`scripts/tokenizer/make_chat_template_reference.py`), the same prompt, on
+//! SmolLM2, Qwen2.5-Coder (its tools, calls and results too) and Gemma 3 (no template in the
+//! file: ChatML, as llama-server falls back to).
 
 mod common;
 
@@ -16,14 +18,23 @@ struct Case {
 }
 
 fn template() -> (ChatTemplate, Tokenizer) {
-    let gguf = GgufFile::open(&common::model_path()).expect("open the model");
+    template_of(&common::model_path())
+}
+
+fn template_of(path: &std::path::Path) -> (ChatTemplate, Tokenizer) {
+    let gguf = GgufFile::open(path).expect("open the model");
     let tok = Tokenizer::from_gguf(&gguf).expect("tokenizer");
     let tmpl = ChatTemplate::from_gguf(&gguf, &tok).expect("chat template");
     (tmpl, tok)
 }
 
 fn cases() -> Vec<Case> {
-    let path = common::data_dir("chat_template").join("smollm2.jsonl");
+    cases_in("smollm2")
+}
+
+/// The renderings in `data/chat_template/STEM.jsonl`.
+fn cases_in(stem: &str) -> Vec<Case> {
+    let path = common::data_dir("chat_template").join(format!("{stem}.jsonl"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .map(|l| serde_json::from_str(l).expect("reference line"))
@@ -32,18 +43,40 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn every_conversation_renders_as_llama_cpp_renders_it() {
-    let (tmpl, _) = template();
-    let cases = cases();
+    renders_as_llama_cpp(&template().0, &cases());
+}
+
+/// Model `name`'s template (its file as its tokenizer corpus's SOURCE names it) against its
+/// renderings.
+fn named_renders_as_llama_cpp(name: &str) {
+    let dir = common::data_dir("tokenizer").join(name);
+    let path = common::named_model_path(name, &common::source_model_file(&dir));
+    let cases = cases_in(name);
+    renders_as_llama_cpp(&template_of(&path).0, &cases);
+}
+
+#[test]
+fn qwen_conversations_and_tool_calls_render_as_llama_cpp_renders_them() {
+    named_renders_as_llama_cpp("qwen2.5-coder-0.5b");
+}
+
+#[test]
+fn gemma_conversations_render_as_llama_cpp_renders_them() {
+    named_renders_as_llama_cpp("gemma3-270m");
+}
+
+fn renders_as_llama_cpp(tmpl: &ChatTemplate, cases: &[Case]) {
     assert!(
         cases.len() >= 10,
         "only {} reference renderings",
         cases.len()
     );
     let mut failures = Vec::new();
-    for c in &cases {
+    for c in cases {
         let messages = c.request["messages"].as_array().expect("messages").clone();
         let opts = ChatOptions {
             add_generation_prompt: c.request["add_generation_prompt"].as_bool().unwrap_or(true),
+            tools: c.request.get("tools").cloned(),
             ..ChatOptions::default()
         };
         match tmpl.render(&messages, &opts) {
