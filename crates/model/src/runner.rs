@@ -10,7 +10,7 @@ use crate::ModelError;
 use crate::config::Arch;
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
-use crate::layers::{BatchRows, KvLayer, Scratch, gemma3, standard};
+use crate::layers::{BatchRows, KvLayer, Layer, Scratch, gemma3, standard};
 use crate::weights::ModelWeights;
 use kernels::attention::KvShape;
 use kernels::gemm::gemm;
@@ -364,20 +364,17 @@ impl Runner {
                 values: &mut self.values[l * layer_stride..(l + 1) * layer_stride],
                 shape: self.shape,
             };
-            let layer = match cfg.arch {
+            let run = match cfg.arch {
                 Arch::Gemma3 => gemma3::layer,
                 Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => standard::layer,
             };
-            layer(
+            let layer = Layer {
                 cfg,
-                &model.file,
-                lw,
-                l,
-                &batch,
-                &mut kv,
-                &mut self.scratch,
-                &mut h,
-            );
+                file: &model.file,
+                weights: lw,
+                index: l,
+            };
+            run(&layer, &batch, &mut kv, &mut self.scratch, &mut h);
         }
 
         // Logits only for the rows that want them.

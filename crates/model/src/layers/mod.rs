@@ -179,19 +179,30 @@ pub(crate) fn norm_heads(x: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
-/// Pre-norm attention of layer `layer` (grouped-query; the layer's biases and Q/K head norms if
-/// it has them; its RoPE table and window): the output projection, rows × hidden, in `s.proj`.
-#[allow(clippy::too_many_arguments)]
+/// One layer of a model: what its code reads besides the batch.
+pub(crate) struct Layer<'a> {
+    pub cfg: &'a ModelConfig,
+    pub file: &'a GgufFile,
+    pub weights: &'a LayerWeights,
+    /// Its index (which decides its window and RoPE table).
+    pub index: usize,
+}
+
+/// Pre-norm attention of `layer` (grouped-query; the layer's biases and Q/K head norms if it
+/// has them; its RoPE table and window): the output projection, rows × hidden, in `s.proj`.
 pub(crate) fn attention(
-    cfg: &ModelConfig,
-    file: &GgufFile,
-    lw: &LayerWeights,
-    layer: usize,
+    layer: &Layer<'_>,
     batch: &BatchRows<'_>,
     kv: &mut KvLayer<'_>,
     s: &mut Scratch,
     h: &[f32],
 ) {
+    let Layer {
+        cfg,
+        file,
+        weights: lw,
+        index,
+    } = *layer;
     let m = batch.len();
     norm_rows(h, &lw.attn_norm, cfg.norm_eps, &mut s.normed);
     s.acts.set(&s.normed, m, cfg.hidden);
@@ -212,7 +223,7 @@ pub(crate) fn attention(
         norm_heads(&mut s.q, nq, cfg.norm_eps);
         norm_heads(&mut s.k, nk, cfg.norm_eps);
     }
-    let local = cfg.is_local(layer);
+    let local = cfg.is_local(index);
     rope_and_store(
         batch,
         cfg,
@@ -230,13 +241,8 @@ pub(crate) fn attention(
 
 /// Pre-norm gated feed-forward (`down · (act(gate · x) ⊙ up · x)`): its output, rows × hidden,
 /// in `s.proj`.
-pub(crate) fn feed_forward(
-    cfg: &ModelConfig,
-    file: &GgufFile,
-    lw: &LayerWeights,
-    s: &mut Scratch,
-    h: &[f32],
-) {
+pub(crate) fn feed_forward(layer: &Layer<'_>, s: &mut Scratch, h: &[f32]) {
+    let (cfg, file, lw) = (layer.cfg, layer.file, layer.weights);
     let m = h.len() / cfg.hidden;
     norm_rows(h, &lw.ffn_norm, cfg.norm_eps, &mut s.normed);
     s.acts.set(&s.normed, m, cfg.hidden);

@@ -3,26 +3,19 @@
 //! the architecture pairs it) and a pre-norm SwiGLU feed-forward, each added back to the
 //! residual stream.
 
-use super::{BatchRows, KvLayer, Scratch, attention, feed_forward};
-use crate::config::ModelConfig;
-use crate::gguf::GgufFile;
-use crate::weights::LayerWeights;
+use super::{BatchRows, KvLayer, Layer, Scratch, attention, feed_forward};
 use kernels::ops::add_assign;
 
-/// Runs layer `layer` over the batch, updating the residual stream `h` (rows × hidden) in place.
-#[allow(clippy::too_many_arguments)]
+/// Runs `layer` over the batch, updating the residual stream `h` (rows × hidden) in place.
 pub(crate) fn layer(
-    cfg: &ModelConfig,
-    file: &GgufFile,
-    lw: &LayerWeights,
-    layer: usize,
+    layer: &Layer<'_>,
     batch: &BatchRows<'_>,
     kv: &mut KvLayer<'_>,
     s: &mut Scratch,
     h: &mut [f32],
 ) {
-    attention(cfg, file, lw, layer, batch, kv, s, h);
+    attention(layer, batch, kv, s, h);
     add_assign(h, &s.proj);
-    feed_forward(cfg, file, lw, s, h);
+    feed_forward(layer, s, h);
     add_assign(h, &s.proj);
 }
