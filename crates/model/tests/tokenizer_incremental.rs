@@ -30,6 +30,36 @@ fn gemma() -> &'static Tokenizer {
     })
 }
 
+/// The stream of `ids` (from the start of a sequence) equals their decoding, nothing held back.
+fn stream_equals_decode(tok: &Tokenizer, ids: &[u32], skip: bool) -> Result<(), TestCaseError> {
+    let mut dec = IncrementalDecoder::at_sequence_start(skip);
+    let streamed: String = stream(tok, &mut dec, ids).concat();
+    prop_assert_eq!(streamed, tok.decode(ids, skip).unwrap());
+    prop_assert!(!dec.has_pending());
+    Ok(())
+}
+
+/// The stream of `text`'s ids has no replacement character the text lacks, and is `want`.
+fn streams_without_replacement(
+    tok: &Tokenizer,
+    text: &str,
+    strip_space: bool,
+    want: &str,
+) -> Result<(), TestCaseError> {
+    let ids = tok.encode(text, false, false).unwrap();
+    let mut dec = IncrementalDecoder::new(strip_space);
+    let chunks = stream(tok, &mut dec, &ids);
+    for c in &chunks {
+        prop_assert!(
+            !c.contains('\u{FFFD}') || text.contains('\u{FFFD}'),
+            "{:?}",
+            chunks
+        );
+    }
+    prop_assert_eq!(chunks.concat(), want);
+    Ok(())
+}
+
 /// Streams `ids` one token at a time; returns the chunks (the flushed rest last).
 fn stream(tok: &Tokenizer, dec: &mut IncrementalDecoder, ids: &[u32]) -> Vec<String> {
     let mut chunks: Vec<String> = ids.iter().map(|&id| dec.push(tok, id).unwrap()).collect();
@@ -43,26 +73,16 @@ proptest! {
     /// Any ids at all (byte fragments, control tokens, invalid sequences): the stream equals decode.
     #[test]
     fn chunks_add_up_to_decode(ids in prop::collection::vec(0u32..49152, 0..64), skip in any::<bool>()) {
-        let tok = tokenizer();
-        let mut dec = IncrementalDecoder::at_sequence_start(skip);
-        let streamed: String = stream(tok, &mut dec, &ids).concat();
-        prop_assert_eq!(streamed, tok.decode(&ids, skip).unwrap());
-        prop_assert!(!dec.has_pending());
+        stream_equals_decode(tokenizer(), &ids, skip)?;
     }
 
     /// Ids of real text: no chunk ever holds a replacement character, the stream is the text.
     #[test]
     fn valid_text_streams_without_replacement(text in "(\\PC|[ \t\n]){0,48}") {
         let tok = tokenizer();
-        let ids = tok.encode(&text, false, false).unwrap();
         let kept: Vec<u8> = text.bytes().filter(|&b| tok.byte_to_token(b).is_some()).collect();
         prop_assume!(kept.len() == text.len());
-        let mut dec = IncrementalDecoder::new(true);
-        let chunks = stream(tok, &mut dec, &ids);
-        for c in &chunks {
-            prop_assert!(!c.contains('\u{FFFD}') || text.contains('\u{FFFD}'), "{:?}", chunks);
-        }
-        prop_assert_eq!(chunks.concat(), text);
+        streams_without_replacement(tok, &text, true, &text)?;
     }
 
     /// Gemma: any ids (byte tokens, control and user-defined tokens): the stream equals decode.
@@ -71,25 +91,14 @@ proptest! {
         ids in prop::collection::vec(prop_oneof![0u32..262_144, 0u32..512], 0..64),
         skip in any::<bool>(),
     ) {
-        let tok = gemma();
-        let mut dec = IncrementalDecoder::at_sequence_start(skip);
-        let streamed: String = stream(tok, &mut dec, &ids).concat();
-        prop_assert_eq!(streamed, tok.decode(&ids, skip).unwrap());
-        prop_assert!(!dec.has_pending());
+        stream_equals_decode(gemma(), &ids, skip)?;
     }
 
     /// Gemma: real text streams back whole (byte fallback covers every byte), with `▁` as the
     /// space it stands for.
     #[test]
     fn gemma_valid_text_streams_without_replacement(text in "(\\PC|[ \t\n]){0,48}") {
-        let tok = gemma();
-        let ids = tok.encode(&text, false, false).unwrap();
-        let mut dec = IncrementalDecoder::new(false);
-        let chunks = stream(tok, &mut dec, &ids);
-        for c in &chunks {
-            prop_assert!(!c.contains('\u{FFFD}') || text.contains('\u{FFFD}'), "{:?}", chunks);
-        }
-        prop_assert_eq!(chunks.concat(), text.replace('\u{2581}', " "));
+        streams_without_replacement(gemma(), &text, false, &text.replace('\u{2581}', " "))?;
     }
 }
 
