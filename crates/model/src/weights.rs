@@ -125,18 +125,6 @@ fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelErro
     Ok(out)
 }
 
-/// [`vector`] when the file has the tensor, `None` when it has not.
-fn optional_vector(
-    file: &GgufFile,
-    name: &str,
-    len: usize,
-) -> Result<Option<Vec<f32>>, ModelError> {
-    match file.tensor_info(name) {
-        Some(_) => vector(file, name, len).map(Some),
-        None => Ok(None),
-    }
-}
-
 /// Whether an architecture has a group of vectors (all of them or none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Need {
@@ -234,7 +222,14 @@ impl ModelWeights {
             layers,
             output_norm: vector(file, "output_norm.weight", h)?,
             output,
-            rope_freqs: optional_vector(file, "rope_freqs.weight", cfg.rope_dims / 2)?,
+            rope_freqs: vectors(
+                file,
+                ["rope_freqs.weight".to_string()],
+                [cfg.rope_dims / 2],
+                Need::Optional,
+                cfg.arch,
+            )?
+            .map(|[f]| f),
         };
         if let Some(f) = &weights.rope_freqs
             && let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0))
@@ -285,30 +280,30 @@ impl ModelWeights {
         });
     }
 
+    /// Every layer's products (not the output head).
+    fn layer_products(&self) -> impl Iterator<Item = &Linear> {
+        self.layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+    }
+
     /// What one token costs the matrix products: multiply-adds in the layers and in the output
     /// head, and the bytes of weights a step reads (each matrix once, whatever the batch).
     pub fn product_costs(&self) -> ProductCosts {
-        let layers: Vec<&Linear> = self
-            .layers
-            .iter()
-            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
-            .collect();
         ProductCosts {
-            layer_macs: layers.iter().map(|l| l.rows * l.cols).sum(),
+            layer_macs: self.layer_products().map(|l| l.rows * l.cols).sum(),
             head_macs: self.output.rows * self.output.cols,
-            read_bytes: layers
-                .iter()
-                .chain(std::iter::once(&&self.output))
-                .map(|l| l.read_bytes())
+            read_bytes: self
+                .layer_products()
+                .chain(std::iter::once(&self.output))
+                .map(Linear::read_bytes)
                 .sum(),
         }
     }
 
     /// Bytes of the packed copies.
     pub fn packed_bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+        self.layer_products()
             .chain(std::iter::once(&self.output))
             .map(Linear::packed_bytes)
             .sum()

@@ -60,6 +60,21 @@ fn streams_without_replacement(
     Ok(())
 }
 
+/// Streams `ids` with a decoder that strips a leading space or not: the whole text, and how many
+/// tokens ended inside a character (their chunk empty, bytes held back).
+fn stream_holding(tok: &Tokenizer, ids: &[u32], strip_space: bool) -> (String, usize) {
+    let mut dec = IncrementalDecoder::new(strip_space);
+    let mut out = String::new();
+    let mut held = 0;
+    for &id in ids {
+        let chunk = dec.push(tok, id).unwrap();
+        held += usize::from(chunk.is_empty() && dec.has_pending());
+        out.push_str(&chunk);
+    }
+    out.push_str(&dec.flush());
+    (out, held)
+}
+
 /// Streams `ids` one token at a time; returns the chunks (the flushed rest last).
 fn stream(tok: &Tokenizer, dec: &mut IncrementalDecoder, ids: &[u32]) -> Vec<String> {
     let mut chunks: Vec<String> = ids.iter().map(|&id| dec.push(tok, id).unwrap()).collect();
@@ -108,19 +123,11 @@ fn gemma_byte_fallback_characters_come_out_whole() {
     // Characters Gemma has no token for are spelled byte by byte.
     let text = "a\u{10fffd}b\u{e0100} \u{50000}!";
     let ids = tok.encode(text, false, false).unwrap();
-    let mut dec = IncrementalDecoder::new(true);
-    let mut out = String::new();
-    let mut held = 0;
-    for &id in &ids {
-        let chunk = dec.push(tok, id).unwrap();
-        held += usize::from(chunk.is_empty() && dec.has_pending());
-        out.push_str(&chunk);
-    }
+    let (out, held) = stream_holding(tok, &ids, true);
     assert!(
         held >= 3,
         "byte tokens should end inside a character: {ids:?}"
     );
-    out.push_str(&dec.flush());
     assert_eq!(out, text);
 }
 
@@ -133,16 +140,8 @@ fn emoji_split_over_tokens_comes_out_whole() {
         ids.len() > text.chars().count() / 2,
         "expected byte-level splits: {ids:?}"
     );
-    let mut dec = IncrementalDecoder::new(false);
-    let mut out = String::new();
-    let mut held = 0;
-    for &id in &ids {
-        let chunk = dec.push(tok, id).unwrap();
-        held += usize::from(chunk.is_empty() && dec.has_pending());
-        out.push_str(&chunk);
-    }
+    let (out, held) = stream_holding(tok, &ids, false);
     assert!(held > 0, "some token should end inside a character");
-    out.push_str(&dec.flush());
     assert_eq!(out, text);
 }
 

@@ -332,6 +332,39 @@ mod tests {
         }
     }
 
+    /// Attention of `q` over `ctx` with `rows` (keys, values) written at slots 0.. of `blocks`
+    /// in stores that hold NaN everywhere else: nothing outside the context may leak in.
+    fn stored_attention(
+        isa: Isa,
+        shape: KvShape,
+        blocks: &[u32],
+        rows: (&[Vec<f32>], &[Vec<f32>]),
+        q: &[f32],
+        ctx: Context<'_>,
+        scale: f32,
+    ) -> Vec<f32> {
+        let n_blocks = *blocks.iter().max().unwrap() as usize + 1;
+        let mut keys = vec![f32::NAN; n_blocks * shape.block_stride()];
+        let mut values = keys.clone();
+        for (slot, (k, v)) in rows.0.iter().zip(rows.1).enumerate() {
+            write_kv(&mut keys, &mut values, shape, blocks, slot, k, v);
+        }
+        let mut out = vec![0.0; q.len()];
+        paged_attention_on(
+            isa,
+            q,
+            &keys,
+            &values,
+            shape,
+            blocks,
+            ctx,
+            scale,
+            &mut out,
+            &mut Vec::new(),
+        );
+        out
+    }
+
     fn check_on(isa: Isa, shape: KvShape, n_heads: usize, n_ctx: usize, blocks: &[u32]) {
         let d = shape.head_dim;
         let kvd = shape.token_stride();
@@ -342,36 +375,10 @@ mod tests {
         let v_rows: Vec<Vec<f32>> = (0..n_ctx)
             .map(|t| (0..kvd).map(|i| wave(t, i, 0.11) * 2.0).collect())
             .collect();
-        let n_blocks = *blocks.iter().max().unwrap() as usize + 1;
-        let mut keys = vec![f32::NAN; n_blocks * shape.block_stride()];
-        let mut values = keys.clone();
-        for t in 0..n_ctx {
-            write_kv(
-                &mut keys,
-                &mut values,
-                shape,
-                blocks,
-                t,
-                &k_rows[t],
-                &v_rows[t],
-            );
-        }
-        // Slots past the context hold NaN: they must not leak into the result.
         let q: Vec<f32> = (0..n_heads * d).map(|i| wave(99, i, 0.23)).collect();
-        let mut out = vec![0.0; q.len()];
         let scale = 1.0 / (d as f32).sqrt();
-        paged_attention_on(
-            isa,
-            &q,
-            &keys,
-            &values,
-            shape,
-            blocks,
-            Context::causal(n_ctx),
-            scale,
-            &mut out,
-            &mut Vec::new(),
-        );
+        let kv = (&k_rows[..], &v_rows[..]);
+        let out = stored_attention(isa, shape, blocks, kv, &q, Context::causal(n_ctx), scale);
         let want = reference(&q, &k_rows, &v_rows, shape, scale);
         for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
             assert!(
@@ -406,26 +413,10 @@ mod tests {
                 ] {
                     let run = |positions: &[usize], ctx: Context<'_>, slots: usize| {
                         let blocks: Vec<u32> = (0..slots.div_ceil(16) as u32).rev().collect();
-                        let len = blocks.len() * shape.block_stride();
-                        let (mut keys, mut values) = (vec![f32::NAN; len], vec![f32::NAN; len]);
-                        for (slot, &t) in positions.iter().enumerate() {
-                            let (k, v) = (row(t, 0.37), row(t, 0.11));
-                            write_kv(&mut keys, &mut values, shape, &blocks, slot, &k, &v);
-                        }
-                        let mut out = vec![0.0; q.len()];
-                        paged_attention_on(
-                            isa,
-                            &q,
-                            &keys,
-                            &values,
-                            shape,
-                            &blocks,
-                            ctx,
-                            0.0625,
-                            &mut out,
-                            &mut Vec::new(),
-                        );
-                        out
+                        let keys: Vec<Vec<f32>> = positions.iter().map(|&t| row(t, 0.37)).collect();
+                        let values: Vec<Vec<f32>> =
+                            positions.iter().map(|&t| row(t, 0.11)).collect();
+                        stored_attention(isa, shape, &blocks, (&keys, &values), &q, ctx, 0.0625)
                     };
                     // The sequence: positions 0..n directly, then a tail of `tail` slots after
                     // them (the tree's ancestors: positions n..n+tail).

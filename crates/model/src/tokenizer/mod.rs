@@ -30,7 +30,6 @@ pub use vocab::{SpecialIds, TokenAttr};
 use crate::gguf::GgufFile;
 use pieces::Pieces;
 use special::{Fragment, SpecialTokens};
-use spm::Spm;
 use vocab::Vocab;
 
 /// `tokenizer.ggml.model` values we can build.
@@ -52,7 +51,8 @@ pub struct Tokenizer {
 /// What turns a fragment of plain text into tokens.
 enum Merges {
     Bpe(Box<tokenizers::Tokenizer>),
-    Spm(Spm),
+    /// SentencePiece merges over the vocabulary's scores ([`spm`]).
+    Spm,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -88,15 +88,13 @@ impl Tokenizer {
         // Retypes some tokens (e.g. Gemma's user-defined `</s>` becomes control as well), so it
         // comes before the special-token index and the pieces are built.
         let eog = special::detect_special_tokens(&mut vocab);
-        let spm = Spm::new(&vocab);
-        let byte_tokens = std::array::from_fn(|b| spm.byte_token(b as u8));
         Ok(Self {
-            merges: Merges::Spm(spm),
+            merges: Merges::Spm,
+            byte_tokens: spm::byte_tokens(&vocab),
             pieces: Pieces::spm(&vocab),
             specials: SpecialTokens::new(&vocab),
             vocab,
             eog,
-            byte_tokens,
         })
     }
 
@@ -152,9 +150,10 @@ impl Tokenizer {
                 Fragment::Text(r) => {
                     match &self.merges {
                         Merges::Bpe(inner) => bpe::encode_plain(inner, &text[r], &mut ids)?,
-                        Merges::Spm(spm) => {
+                        Merges::Spm => {
                             let prefix = self.vocab.add_space_prefix && after_special;
-                            spm.encode(&self.vocab, &text[r], prefix, &mut ids)?;
+                            let (vocab, bytes) = (&self.vocab, &self.byte_tokens);
+                            spm::encode(vocab, bytes, &text[r], prefix, &mut ids)?;
                         }
                     }
                     after_special = false;
@@ -313,7 +312,7 @@ impl Tokenizer {
     pub fn inner(&self) -> Option<&tokenizers::Tokenizer> {
         match &self.merges {
             Merges::Bpe(inner) => Some(inner),
-            Merges::Spm(_) => None,
+            Merges::Spm => None,
         }
     }
 }

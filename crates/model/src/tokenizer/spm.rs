@@ -18,13 +18,18 @@ use std::collections::BinaryHeap;
 /// No neighbour / no child.
 const NONE: u32 = u32::MAX;
 
-/// The merge state of a SentencePiece vocabulary: the byte-fallback tokens, found once at load.
-#[derive(Debug, Clone)]
-pub struct Spm {
-    /// The token standing for each raw byte: `<0xXX>`, or else the byte itself as a
-    /// one-character token (as llama.cpp's `byte_to_token` looks them up). Boxed to keep the
-    /// tokenizer's variants of equal size.
-    byte_tokens: Box<[Option<u32>; 256]>,
+/// The token standing for each raw byte in byte fallback: `<0xXX>`, or else the byte itself as
+/// a one-character token (as llama.cpp's `byte_to_token` looks them up).
+pub fn byte_tokens(vocab: &Vocab) -> [Option<u32>; 256] {
+    std::array::from_fn(|b| {
+        let hex = format!("<0x{b:02X}>");
+        vocab.token_to_id.get(hex.as_str()).copied().or_else(|| {
+            // Only an ASCII byte can be a token text of its own (texts are UTF-8).
+            let byte = u8::try_from(b).ok().filter(u8::is_ascii)?;
+            let text = char::from(byte).to_string();
+            vocab.token_to_id.get(text.as_str()).copied()
+        })
+    })
 }
 
 /// A run of the escaped text: one character at first, then the union of merged neighbours.
@@ -83,100 +88,78 @@ impl PartialEq for Bigram {
 
 impl Eq for Bigram {}
 
-impl Spm {
-    pub fn new(vocab: &Vocab) -> Self {
-        let byte_tokens = std::array::from_fn(|b| {
-            let hex = format!("<0x{b:02X}>");
-            vocab.token_to_id.get(hex.as_str()).copied().or_else(|| {
-                // Only an ASCII byte can be a token text of its own (texts are UTF-8).
-                let byte = u8::try_from(b).ok().filter(u8::is_ascii)?;
-                let text = char::from(byte).to_string();
-                vocab.token_to_id.get(text.as_str()).copied()
-            })
-        });
-        Self {
-            byte_tokens: Box::new(byte_tokens),
-        }
+/// Appends the tokens of one fragment of plain text. `space_prefix`: a space goes before it
+/// (the `add_space_prefix` rule, decided by the caller); `bytes`: [`byte_tokens`].
+pub fn encode(
+    vocab: &Vocab,
+    bytes: &[Option<u32>; 256],
+    text: &str,
+    space_prefix: bool,
+    out: &mut Vec<u32>,
+) -> Result<(), TokenizerError> {
+    let mut escaped = String::with_capacity(text.len() + text.len() / 2 + 3);
+    if space_prefix {
+        escaped.push_str(SPM_SPACE);
     }
-
-    /// The byte-fallback token for `byte`, if the vocabulary has one.
-    pub fn byte_token(&self, byte: u8) -> Option<u32> {
-        self.byte_tokens[usize::from(byte)]
-    }
-
-    /// Appends the tokens of one fragment of plain text. `space_prefix`: a space goes before it
-    /// (the `add_space_prefix` rule, decided by the caller).
-    pub fn encode(
-        &self,
-        vocab: &Vocab,
-        text: &str,
-        space_prefix: bool,
-        out: &mut Vec<u32>,
-    ) -> Result<(), TokenizerError> {
-        let mut escaped = String::with_capacity(text.len() + text.len() / 2 + 3);
-        if space_prefix {
+    for c in text.chars() {
+        if c == ' ' {
             escaped.push_str(SPM_SPACE);
+        } else {
+            escaped.push(c);
         }
-        for c in text.chars() {
-            if c == ' ' {
-                escaped.push_str(SPM_SPACE);
-            } else {
-                escaped.push(c);
-            }
-        }
-        if escaped.is_empty() {
-            return Ok(());
-        }
-        // Symbols and merged nodes (at most twice the characters) are indexed by u32.
-        if escaped.len() >= (u32::MAX / 2) as usize {
-            return Err(TokenizerError::Invalid(format!(
-                "a fragment of {} bytes is too long to tokenize",
-                escaped.len()
-            )));
-        }
-        let (symbols, nodes) = merge(vocab, &escaped);
-        self.emit(vocab, &escaped, &symbols, &nodes, out)
     }
+    if escaped.is_empty() {
+        return Ok(());
+    }
+    // Symbols and merged nodes (at most twice the characters) are indexed by u32.
+    if escaped.len() >= (u32::MAX / 2) as usize {
+        return Err(TokenizerError::Invalid(format!(
+            "a fragment of {} bytes is too long to tokenize",
+            escaped.len()
+        )));
+    }
+    let (symbols, nodes) = merge(vocab, &escaped);
+    emit(vocab, bytes, &escaped, &symbols, &nodes, out)
+}
 
-    /// Each remaining symbol as its token, else the tokens of the two it was merged from, else
-    /// one byte token per byte (llama.cpp's `resegment`). Since a pair is merged only when its
-    /// text is a token, the middle case cannot arise for UTF-8 input; it is kept for the shape of
-    /// the algorithm. An explicit stack keeps long chains off the call stack.
-    fn emit(
-        &self,
-        vocab: &Vocab,
-        text: &str,
-        symbols: &[Symbol],
-        nodes: &[Node],
-        out: &mut Vec<u32>,
-    ) -> Result<(), TokenizerError> {
-        let mut stack = Vec::new();
-        let mut i = 0;
-        while i != NONE {
-            stack.push(symbols[i as usize].node);
-            while let Some(n) = stack.pop() {
-                let node = nodes[n as usize];
-                let piece = &text[node.start as usize..(node.start + node.len) as usize];
-                if let Some(&id) = vocab.token_to_id.get(piece) {
-                    out.push(id);
-                } else if node.children.0 != NONE {
-                    stack.push(node.children.1);
-                    stack.push(node.children.0);
-                } else {
-                    for b in piece.bytes() {
-                        out.push(self.byte_token(b).ok_or_else(|| {
-                            TokenizerError::Invalid(format!(
-                                "no token for byte 0x{b:02X} (`<0x{b:02X}>`), which byte \
+/// Each remaining symbol as its token, else the tokens of the two it was merged from, else
+/// one byte token per byte (llama.cpp's `resegment`). Since a pair is merged only when its
+/// text is a token, the middle case cannot arise for UTF-8 input; it is kept for the shape of
+/// the algorithm. An explicit stack keeps long chains off the call stack.
+fn emit(
+    vocab: &Vocab,
+    bytes: &[Option<u32>; 256],
+    text: &str,
+    symbols: &[Symbol],
+    nodes: &[Node],
+    out: &mut Vec<u32>,
+) -> Result<(), TokenizerError> {
+    let mut stack = Vec::new();
+    let mut i = 0;
+    while i != NONE {
+        stack.push(symbols[i as usize].node);
+        while let Some(n) = stack.pop() {
+            let node = nodes[n as usize];
+            let piece = &text[node.start as usize..(node.start + node.len) as usize];
+            if let Some(&id) = vocab.token_to_id.get(piece) {
+                out.push(id);
+            } else if node.children.0 != NONE {
+                stack.push(node.children.1);
+                stack.push(node.children.0);
+            } else {
+                for b in piece.bytes() {
+                    out.push(bytes[usize::from(b)].ok_or_else(|| {
+                        TokenizerError::Invalid(format!(
+                            "no token for byte 0x{b:02X} (`<0x{b:02X}>`), which byte \
                                  fallback needs for {piece:?}"
-                            ))
-                        })?);
-                    }
+                        ))
+                    })?);
                 }
             }
-            i = symbols[i as usize].next;
         }
-        Ok(())
+        i = symbols[i as usize].next;
     }
+    Ok(())
 }
 
 /// Runs the score-ordered merges over `text` (non-empty, under 2 GiB); returns the symbols,
