@@ -9,7 +9,7 @@
 //! The integer sums are exact and each lane's float steps are [`PackedMatrix::reference_dot`]'s,
 //! so results are bitwise those of the AVX-512 kernels, whatever the batch.
 
-use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values};
+use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values, prefetch_ahead};
 use super::{Activations, OutPtr};
 use crate::quant::{ActMode, BlockQ8Pair};
 use std::arch::x86_64::*;
@@ -239,6 +239,7 @@ macro_rules! kernel {
                 let panel = lines.as_ptr().cast::<u8>();
                 // SAFETY: block i lies within the panel (asserted above), 64-byte aligned.
                 let block = unsafe { panel.add(64 * kind.value_at(i)) };
+                prefetch_ahead(kind, block);
                 // SAFETY: as above.
                 let (d, c) = unsafe { scales(kind, panel, i, half) };
                 for h in 0..halves {

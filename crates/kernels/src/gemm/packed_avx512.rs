@@ -6,7 +6,7 @@
 //! size, so results are bitwise the same in any batch. One kernel family per activation mode:
 //! 16-bit activations take two `vpdpbusd` per group (high and low bytes), 8-bit ones one.
 
-use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values};
+use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values, prefetch_ahead};
 use super::{Activations, OutPtr};
 use crate::quant::{ActMode, BlockQ8Pair};
 use std::arch::x86_64::*;
@@ -189,6 +189,7 @@ fn tile<const MR: usize, const KIND: u8, const WIDE: bool>(
         let panel = lines.as_ptr().cast::<u8>();
         // SAFETY: block i lies within the panel (asserted above), 64-byte aligned.
         let block = unsafe { panel.add(64 * kind.value_at(i)) };
+        prefetch_ahead(kind, block);
         // SAFETY: as above.
         let (d, c) = unsafe { scales(kind, panel, i) };
         for h in 0..halves {
