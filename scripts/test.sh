@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The model runtime's tests run the real default model (fetched once into the cache), and the
-# accuracy tests also its Q4_K_M and Q4_0 requantisations (made once by llama-quantize, which
+# accuracy tests also its Q4_K_M, Q4_0 and IQ4_XS requantisations (made once by llama-quantize, which
 # requantize.sh builds alone when llama.cpp is not built yet: about 80 % of the full build's
 # compile work, some 3 minutes on 2 idle cores from nothing; then a few seconds a file).
 scripts/fetch-model.sh >/dev/null
@@ -13,7 +13,7 @@ scripts/fetch-model.sh >/dev/null
 for name in qwen2.5-coder-0.5b gemma3-270m; do
     cargo run --release --quiet -p specula -- model pull "$name" >/dev/null
 done
-for format in Q4_K_M Q4_0; do
+for format in Q4_K_M Q4_0 IQ4_XS; do
     scripts/requantize.sh "$format" >/dev/null
 done
 cargo test --workspace --release "$@"

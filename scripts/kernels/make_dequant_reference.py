@@ -38,6 +38,8 @@ def random_block(qtype):
     elif qtype in (T.Q4_K, T.Q5_K):
         b[0:2] = f16_bytes(scale())
         b[2:4] = f16_bytes(scale())
+    elif qtype in (T.IQ4_NL, T.IQ4_XS):
+        b[0:2] = f16_bytes(scale())
     elif qtype == T.Q6_K:
         b[208:210] = f16_bytes(scale())
     elif qtype == T.Q3_K:
@@ -57,7 +59,7 @@ def random_block(qtype):
 
 out = {}
 # New types go at the end, so the blocks drawn for the earlier ones stay the same.
-for qtype in [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.Q2_K, T.Q3_K]:
+for qtype in [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS]:
     block_size, _ = GGML_QUANT_SIZES[qtype]
     n_blocks = BLOCKS if block_size > 1 else 64
     raw = b"".join(random_block(qtype) for _ in range(n_blocks))

@@ -97,8 +97,9 @@ def field_value(reader: gguf.GGUFReader, key: str, default=None):
 
 def exact_dequant_f64(raw: np.ndarray, qtype: QT) -> np.ndarray | None:
     """Independent float64 dequantisation (ggml's block layouts; None: not covered): Q4_0, Q4_1,
-    Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, i.e. the shipped Q4_1 file and its requantisations to
-    Q4_0, Q5_0, Q5_1, Q8_0, Q4_K_S/M, Q5_K_S/M and Q6_K (scripts/requantize.sh)."""
+    Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, i.e. the shipped Q4_1 file and its
+    requantisations to Q4_0, Q5_0, Q5_1, Q8_0, Q4_K_S/M, Q5_K_S/M, Q6_K and IQ4_NL/XS
+    (scripts/requantize.sh)."""
     b = np.asarray(raw).reshape(-1)
     if qtype == QT.Q4_1:  # block: f16 d, f16 m, 16 bytes of 4-bit quants; x = d*q + m
         b = b.reshape(-1, 20)
@@ -164,7 +165,28 @@ def exact_dequant_f64(raw: np.ndarray, qtype: QT) -> np.ndarray | None:
         s = sc.reshape(-1, 2, 4, 2)[:, :, :, :, None]                    # [block, half, quarter, l//16, 1]
         x = d[:, :, None, None, None] * s * (q.reshape(-1, 2, 4, 2, 16) - 32).astype(np.float64)
         return x.reshape(b.shape[0], 256)
+    if qtype == QT.IQ4_NL:  # block: f16 d, 16 bytes of 4-bit indices into IQ4_GRID; x = d*grid[i]
+        b = b.reshape(-1, 18)
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+        qs = b[:, 2:]
+        return d * IQ4_GRID[np.concatenate([qs & 0x0F, qs >> 4], axis=1)]
+    if qtype == QT.IQ4_XS:  # f16 d, u16 scales_h, 4 bytes scales_l, 128 bytes of indices
+        b = b.reshape(-1, 136)
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+        high = b[:, 2:4].copy().view("<u2").astype(np.int64)
+        low = b[:, 4:8].astype(np.int64)
+        j = np.arange(8)
+        ls = ((low[:, j // 2] >> (4 * (j % 2))) & 0x0F) | (((high >> (2 * j)) & 3) << 4)
+        qs = b[:, 8:].reshape(-1, 8, 16)
+        idx = np.concatenate([qs & 0x0F, qs >> 4], axis=2)               # [block, sub, 32]
+        x = (d * (ls - 32))[:, :, None] * IQ4_GRID[idx]                 # d*(scale-32)*grid[i]
+        return x.reshape(b.shape[0], 256)
     return None
+
+
+# The 16 values IQ4_NL and IQ4_XS index (the format's definition, ggml's kvalues_iq4nl).
+IQ4_GRID = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                    dtype=np.float64)
 
 
 def _k_scales_mins(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -3,7 +3,8 @@
 //! by the `gguf` package), with llama.cpp's figures on the same positions beside ours.
 //! Fixtures and the scripts that made them: scripts/reference/ (see its README).
 //!
-//! One test per weight format: the shipped Q4_1 file, and the Q4_K_M and Q4_0 files that
+//! One test per weight format: the shipped Q4_1 file, and the Q4_K_M, Q4_0 and IQ4_XS files
+//! (the last mostly IQ4_NL: rows of 576 are not whole IQ4_XS super-blocks) that
 //! scripts/requantize.sh makes from it (each with its own reference, computed on that file's own
 //! weights, in `data/reference/FORMAT/`); and one per other real model, by the name `specula model
 //! pull` knows it by (`data/reference/NAME/`, with its own tokens); and one per architecture that
@@ -373,6 +374,11 @@ fn q4_k_m_closer_to_the_exact_model_than_llama_cpp() {
 #[test]
 fn q4_0_closer_to_the_exact_model_than_llama_cpp() {
     check_format("Q4_0");
+}
+
+#[test]
+fn iq4_xs_closer_to_the_exact_model_than_llama_cpp() {
+    check_format("IQ4_XS");
 }
 
 #[test]

@@ -389,6 +389,7 @@ pub(crate) mod tests {
             .collect();
         let scale_fields: &[usize] = match dtype {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+            GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
             GgmlType::Q6_K => &[208],
             GgmlType::Q3_K => &[108],
@@ -424,6 +425,8 @@ pub(crate) mod tests {
             GgmlType::Q6_K,
             GgmlType::Q3_K,
             GgmlType::Q2_K,
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
         ] {
             let bytes = random_weights(dtype, rows, cols, 7);
             let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();

@@ -314,6 +314,12 @@ macro_rules! kernel {
                 PackedKind::Q6_K => tile::<MR, { c(PackedKind::Q6_K) }, WIDE>(lines, half, acts),
                 PackedKind::Q3_K => tile::<MR, { c(PackedKind::Q3_K) }, WIDE>(lines, half, acts),
                 PackedKind::Q2_K => tile::<MR, { c(PackedKind::Q2_K) }, WIDE>(lines, half, acts),
+                PackedKind::IQ4_NL => {
+                    tile::<MR, { c(PackedKind::IQ4_NL) }, WIDE>(lines, half, acts)
+                }
+                PackedKind::IQ4_XS => {
+                    tile::<MR, { c(PackedKind::IQ4_XS) }, WIDE>(lines, half, acts)
+                }
                 PackedKind::Q8_0 => tile::<MR, { c(PackedKind::Q8_0) }, WIDE>(lines, half, acts),
             };
             acc.map(|v| {

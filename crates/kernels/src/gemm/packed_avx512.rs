@@ -156,7 +156,7 @@ unsafe fn scales(kind: PackedKind, panel: *const u8, i: usize) -> ([__m512; 2], 
                 (sc, c)
             }
             _ => {
-                // Q6_K, Q3_K: signed bytes, the offset a fixed multiple of the scale.
+                // Q6_K, Q3_K, IQ4_XS: signed bytes, the offset a fixed multiple of the scale.
                 let s0 = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(bytes));
                 let s1 = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(bytes));
                 let f = _mm512_set1_ps(kind.offset_factor().unwrap_or(0.0));
@@ -250,6 +250,8 @@ fn tile_kind<const MR: usize, const WIDE: bool>(
         PackedKind::Q6_K => tile::<MR, { c(PackedKind::Q6_K) }, WIDE>(lines, acts),
         PackedKind::Q3_K => tile::<MR, { c(PackedKind::Q3_K) }, WIDE>(lines, acts),
         PackedKind::Q2_K => tile::<MR, { c(PackedKind::Q2_K) }, WIDE>(lines, acts),
+        PackedKind::IQ4_NL => tile::<MR, { c(PackedKind::IQ4_NL) }, WIDE>(lines, acts),
+        PackedKind::IQ4_XS => tile::<MR, { c(PackedKind::IQ4_XS) }, WIDE>(lines, acts),
     };
     acc.map(|v| {
         let mut out = [0.0f32; 16];

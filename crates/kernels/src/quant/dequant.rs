@@ -48,6 +48,8 @@ pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), 
         GgmlType::Q6_K => blocks.for_each(|(b, y)| q6_k(b, y)),
         GgmlType::Q8_K => blocks.for_each(|(b, y)| q8_k(b, y)),
         GgmlType::Q2_K | GgmlType::Q3_K => blocks.for_each(|(b, y)| k_sub_blocks(dtype, b, y)),
+        GgmlType::IQ4_NL => blocks.for_each(|(b, y)| iq4_nl(b, y)),
+        GgmlType::IQ4_XS => blocks.for_each(|(b, y)| iq4_xs(b, y)),
     }
     Ok(())
 }
@@ -194,6 +196,48 @@ fn q6_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// The 16 values IQ4_NL and IQ4_XS index (GGML's `kvalues_iq4nl`): a non-linear 4-bit grid.
+pub(crate) const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// The 32 table indices of 16 bytes of nibbles: low nibbles are values 0..16, high ones 16..32.
+pub(crate) fn iq4_indices(qs: &[u8]) -> [u8; 32] {
+    std::array::from_fn(|j| {
+        let q = qs[j % 16];
+        if j < 16 { q & 0x0f } else { q >> 4 }
+    })
+}
+
+/// `{f16 d; u8 qs[16]}`: value = d · table[index] (both factors exact, one rounding).
+fn iq4_nl(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (y, i) in y.iter_mut().zip(iq4_indices(&b[2..18])) {
+        *y = d * f32::from(IQ4_VALUES[usize::from(i)]);
+    }
+}
+
+/// The signed 6-bit scale of IQ4_XS sub-block `j` (its low four bits in `scales_l`, the top two
+/// in `scales_h`), less 32.
+fn iq4_xs_scale(b: &[u8], j: usize) -> i8 {
+    let high = u16::from_le_bytes([b[2], b[3]]);
+    let low = (b[4 + j / 2] >> (4 * (j % 2))) & 0x0f;
+    (low | ((((high >> (2 * j)) & 3) as u8) << 4)) as i8 - 32
+}
+
+/// `{f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}`: sub-block j's value = (d · scale_j) ·
+/// table[index], as GGML forms it (d · scale_j is exact in f32, and so is its product with a
+/// table value: 11 + 6 + 7 significant bits).
+fn iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (j, y) in y.chunks_exact_mut(32).enumerate() {
+        let dl = d * f32::from(iq4_xs_scale(b, j));
+        for (y, i) in y.iter_mut().zip(iq4_indices(&b[8 + 16 * j..24 + 16 * j])) {
+            *y = dl * f32::from(IQ4_VALUES[usize::from(i)]);
+        }
+    }
+}
+
 /// A 32-value sub-block of a K-quant super-block as the packed layout keeps it: its unsigned
 /// values `u` and two scale bytes `s`, whose meaning [`k_scales`] knows (Q4_K/Q5_K: 6-bit scale
 /// and min; Q6_K/Q3_K: the signed scale of each half; Q2_K: each half's 4-bit scale and min).
@@ -254,9 +298,19 @@ pub(crate) fn k_sub_block(dtype: GgmlType, b: &[u8], j: usize) -> KSub {
                 s: [b[2 * j], b[2 * j + 1]],
             }
         }
+        GgmlType::IQ4_XS => {
+            // Table values shifted to 0..=240; the sub-block's one scale in both bytes.
+            let u = iq4_indices(&b[8 + 16 * j..24 + 16 * j])
+                .map(|i| (i16::from(IQ4_VALUES[usize::from(i)]) + IQ4_OFFSET) as u8);
+            let sc = iq4_xs_scale(b, j) as u8;
+            KSub { u, s: [sc, sc] }
+        }
         _ => unreachable!("{dtype} is not a K-quant with sub-blocks"),
     }
 }
+
+/// What the packed layout adds to IQ4's table values to make them unsigned (0..=240).
+pub(crate) const IQ4_OFFSET: i16 = 127;
 
 /// The f16 `d` and `dmin` of K-quant block `b` (`dmin` 0 where the type has none).
 pub(crate) fn k_super_scales(dtype: GgmlType, b: &[u8]) -> [[u8; 2]; 2] {
@@ -265,6 +319,7 @@ pub(crate) fn k_super_scales(dtype: GgmlType, b: &[u8]) -> [[u8; 2]; 2] {
         GgmlType::Q4_K | GgmlType::Q5_K => [at(0), at(2)],
         GgmlType::Q6_K => [at(208), [0; 2]],
         GgmlType::Q3_K => [at(108), [0; 2]],
+        GgmlType::IQ4_XS => [at(0), [0; 2]],
         GgmlType::Q2_K => [at(80), at(82)],
         _ => unreachable!("{dtype} is not a K-quant with sub-blocks"),
     }
@@ -278,9 +333,13 @@ pub(crate) fn k_scales(dtype: GgmlType, s: [u8; 2], d: f32, dmin: f32) -> ([f32;
             let (sc, c) = (d * f32::from(s[0]), -(dmin * f32::from(s[1])));
             ([sc; 2], [c; 2])
         }
-        GgmlType::Q6_K | GgmlType::Q3_K => {
+        GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::IQ4_XS => {
             let sc = s.map(|x| d * f32::from(x as i8));
-            let f = if dtype == GgmlType::Q6_K { -32.0 } else { -4.0 };
+            let f = match dtype {
+                GgmlType::Q6_K => -32.0,
+                GgmlType::Q3_K => -4.0,
+                _ => -f32::from(IQ4_OFFSET),
+            };
             (sc, sc.map(|x| x * f))
         }
         GgmlType::Q2_K => (
@@ -362,6 +421,29 @@ mod tests {
     }
 
     #[test]
+    fn iq4_by_hand() {
+        // IQ4_NL: d = 0.5, indices 0..15 in the low nibbles, 15..0 in the high ones.
+        let mut b = vec![0u8; 18];
+        b[0..2].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
+        for j in 0..16 {
+            b[2 + j] = (j as u8) | ((15 - j as u8) << 4);
+        }
+        let mut y = [0f32; 32];
+        dequantize(GgmlType::IQ4_NL, &b, &mut y).unwrap();
+        assert_eq!((y[0], y[15], y[16]), (-63.5, 56.5, 56.5));
+        // IQ4_XS: d = 0.25; sub-block 1's scale 33 (low nibble 1 of scales_l[0]'s high half, top
+        // bits 2 of scales_h bits 2..4), so 33 − 32 = 1; index 8 everywhere (table value 1).
+        let mut b = vec![0x88u8; 136];
+        b[0..2].copy_from_slice(&f16::from_f32(0.25).to_le_bytes());
+        b[2..4].copy_from_slice(&(2u16 << 2).to_le_bytes());
+        b[4] = 1 << 4;
+        let mut y = [0f32; 256];
+        dequantize(GgmlType::IQ4_XS, &b, &mut y).unwrap();
+        assert_eq!((y[32], y[63]), (0.25, 0.25));
+        assert_eq!(y[0], 0.25 * -32.0, "sub-block 0's scale is 0 − 32");
+    }
+
+    #[test]
     fn sizes_are_checked() {
         let mut y = [0f32; 32];
         assert!(matches!(
@@ -392,12 +474,13 @@ mod tests {
             GgmlType::Q6_K,
             GgmlType::Q3_K,
         ];
-        for dtype in types.into_iter().chain([GgmlType::Q2_K]) {
+        for dtype in types.into_iter().chain([GgmlType::Q2_K, GgmlType::IQ4_XS]) {
             let mut b: Vec<u8> = (0..dtype.type_size()).map(|_| next() as u8).collect();
             let scales = match dtype {
                 GgmlType::Q6_K => vec![208],
                 GgmlType::Q3_K => vec![108],
                 GgmlType::Q2_K => vec![80, 82],
+                GgmlType::IQ4_XS => vec![0],
                 _ => vec![0, 2],
             };
             for a in scales {

@@ -7,7 +7,10 @@ mod types;
 
 pub use acts::{ACT_BLOCK, ActMode, BlockQ8Pair, BlockQ16, quantize_row, quantize_row_pairs};
 pub use dequant::dequantize;
-pub(crate) use dequant::{f16_at, fifth_bits, k_scales, k_sub_block, k_super_scales, q5_values};
+pub(crate) use dequant::{
+    IQ4_OFFSET, IQ4_VALUES, f16_at, fifth_bits, iq4_indices, k_scales, k_sub_block, k_super_scales,
+    q5_values,
+};
 pub use types::GgmlType;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -20,6 +20,10 @@ pub enum GgmlType {
     Q5_K,
     Q6_K,
     Q8_K,
+    /// 4-bit indices into a fixed non-linear table of 16 values, an f16 scale per 32.
+    IQ4_NL,
+    /// IQ4_NL's values with a 6-bit scale per 32 under an f16 scale per 256.
+    IQ4_XS,
     BF16,
 }
 
@@ -41,6 +45,8 @@ impl GgmlType {
             13 => Self::Q5_K,
             14 => Self::Q6_K,
             15 => Self::Q8_K,
+            20 => Self::IQ4_NL,
+            23 => Self::IQ4_XS,
             30 => Self::BF16,
             _ => return None,
         })
@@ -62,16 +68,53 @@ impl GgmlType {
             Self::Q5_K => 13,
             Self::Q6_K => 14,
             Self::Q8_K => 15,
+            Self::IQ4_NL => 20,
+            Self::IQ4_XS => 23,
             Self::BF16 => 30,
         }
+    }
+
+    /// GGML's name for a type id that exists but has no [`GgmlType`] here (the IQ1–IQ3 lattice
+    /// types, the ternary and integer ones), for errors that say what a file holds.
+    pub fn unsupported_name(id: u32) -> Option<&'static str> {
+        Some(match id {
+            16 => "IQ2_XXS",
+            17 => "IQ2_XS",
+            18 => "IQ3_XXS",
+            19 => "IQ1_S",
+            21 => "IQ3_S",
+            22 => "IQ2_S",
+            24 => "I8",
+            25 => "I16",
+            26 => "I32",
+            27 => "I64",
+            28 => "F64",
+            29 => "IQ1_M",
+            34 => "TQ1_0",
+            35 => "TQ2_0",
+            39 => "MXFP4",
+            _ => return None,
+        })
     }
 
     /// Values per block.
     pub fn block_size(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 => 32,
-            Self::Q2_K | Self::Q3_K | Self::Q4_K | Self::Q5_K | Self::Q6_K | Self::Q8_K => 256,
+            Self::Q4_0
+            | Self::Q4_1
+            | Self::Q5_0
+            | Self::Q5_1
+            | Self::Q8_0
+            | Self::Q8_1
+            | Self::IQ4_NL => 32,
+            Self::Q2_K
+            | Self::Q3_K
+            | Self::Q4_K
+            | Self::Q5_K
+            | Self::Q6_K
+            | Self::Q8_K
+            | Self::IQ4_XS => 256,
         }
     }
 
@@ -92,6 +135,8 @@ impl GgmlType {
             Self::Q5_K => 176,
             Self::Q6_K => 210,
             Self::Q8_K => 292,
+            Self::IQ4_NL => 18,
+            Self::IQ4_XS => 136,
         }
     }
 
@@ -121,6 +166,12 @@ mod tests {
             }
         }
         assert_eq!(GgmlType::from_id(4), None, "Q4_2 was removed from GGML");
+        for id in 0..64 {
+            assert!(
+                GgmlType::from_id(id).is_none() || GgmlType::unsupported_name(id).is_none(),
+                "type id {id} is both supported and named unsupported"
+            );
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub enum GgufError {
     Truncated(String),
     #[error("corrupt GGUF: {0}")]
     Corrupt(String),
-    #[error("tensor `{name}` has type id {id}, which is not supported")]
+    #[error("tensor `{name}` has type id {id}{}, which is not supported", kernels::quant::GgmlType::unsupported_name(*id).map(|n| format!(" ({n})")).unwrap_or_default())]
     UnsupportedType { name: String, id: u32 },
     #[error("metadata key `{0}` is missing")]
     MissingKey(String),
@@ -458,9 +458,16 @@ mod tests {
             Err(GgufError::UnsupportedVersion(9))
         ));
         let mut w = GgufWriter::new();
-        w.tensor_raw_id("odd", &[32], 20, &[0u8; 18]);
+        w.tensor_raw_id("odd", &[32], 16, &[0u8; 8]);
         let e = GgufFile::from_bytes(w.finish()).unwrap_err().to_string();
-        assert_eq!(e, "tensor `odd` has type id 20, which is not supported");
+        assert_eq!(
+            e,
+            "tensor `odd` has type id 16 (IQ2_XXS), which is not supported"
+        );
+        let mut w = GgufWriter::new();
+        w.tensor_raw_id("odd", &[32], 60, &[0u8; 8]);
+        let e = GgufFile::from_bytes(w.finish()).unwrap_err().to_string();
+        assert_eq!(e, "tensor `odd` has type id 60, which is not supported");
     }
 
     #[test]
