@@ -35,17 +35,26 @@ enum ModelAction {
     },
 }
 
-/// Per weight type of the file's matrices (2-D tensors), how its products run on this CPU.
+/// Per weight type of the file's matrices (2-D tensors), how its products run on this CPU, and
+/// what repacking them costs in memory where that differs from the file's bytes.
 fn print_product_paths(file: &GgufFile) {
     let isa = kernels::gemm::isa();
-    let mut matrices: BTreeMap<String, (usize, kernels::gemm::ProductPath)> = BTreeMap::new();
+    let mut matrices: BTreeMap<String, (kernels::quant::GgmlType, usize)> = BTreeMap::new();
     for t in file.tensors().iter().filter(|t| t.shape.len() == 2) {
-        let path = kernels::gemm::product_path(t.dtype, isa);
-        matrices.entry(t.dtype.to_string()).or_insert((0, path)).0 += 1;
+        matrices
+            .entry(t.dtype.to_string())
+            .or_insert((t.dtype, 0))
+            .1 += 1;
     }
     println!("  matrix products ({isa:?} kernels):");
-    for (dtype, (count, path)) in matrices {
-        println!("    {dtype:<6} {count:>4} tensors: {path}");
+    for (name, (dtype, count)) in matrices {
+        let path = kernels::gemm::product_path(dtype, isa);
+        let size = kernels::gemm::PackedKind::of(dtype)
+            .filter(|_| path == kernels::gemm::ProductPath::Packed)
+            .map(|k| k.size_ratio())
+            .filter(|r| *r > 1.005)
+            .map_or(String::new(), |r| format!(", {r:.2}× the file's bytes"));
+        println!("    {name:<6} {count:>4} tensors: {path}{size}");
     }
 }
 

@@ -230,6 +230,15 @@ impl PackedKind {
         self.unit_blocks() * self.value_lines() + if self.super_blocks() { 5 } else { 1 }
     }
 
+    /// The panel layout's bytes for a whole number of units, over the GGUF blocks' bytes for the
+    /// same values (what packing a matrix of this type costs in memory, padding rows aside).
+    pub fn size_ratio(self) -> f64 {
+        let dtype = self.dtype();
+        let values = (PANEL * self.unit_blocks() * 32) as f64;
+        let gguf = values / dtype.block_size() as f64 * dtype.type_size() as f64;
+        (self.unit_lines() * 64) as f64 / gguf
+    }
+
     /// The first line of block `i`'s values within its panel.
     pub(super) const fn value_at(self, i: usize) -> usize {
         let u = self.unit_blocks();
@@ -569,6 +578,11 @@ mod tests {
             let bytes = random_weights(dtype, rows, cols, 3);
             let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
             let ratio = PackedMatrix::pack(&w).unwrap().bytes() as f64 / bytes.len() as f64;
+            assert!(
+                (ratio - kind.size_ratio()).abs() < 1e-9,
+                "{dtype}: the layout's ratio {} is not the packed one {ratio}",
+                kind.size_ratio()
+            );
             // IQ4's table values are stored as bytes: 8.5 bits a value for IQ4_NL's 4.5 (1.89×),
             // 8.6 for IQ4_XS's 4.25 (2.03×).
             let limit = if kind.values() == Values::Byte && kind != PackedKind::Q8_0 {
