@@ -203,9 +203,10 @@ fn tile<const MR: usize, const KIND: u8, const WIDE: bool>(
                     if WIDE {
                         hi[r] = _mm512_dpbusd_epi32(hi[r], w, group(&a.hi, g));
                         lo[r] = _mm512_dpbusd_epi32(lo[r], w, group(&a.lo, g));
-                    } else if g % 2 == 1 {
-                        // 8-bit activations: odd groups into the idle `hi` accumulator, so each
-                        // row has two dependency chains (the integer sum is the same).
+                    } else if MR == 1 && g % 2 == 1 {
+                        // 8-bit activations, one row: odd groups into the idle `hi` accumulator,
+                        // so the row has two dependency chains (the integer sum is the same);
+                        // several rows are independent chains already.
                         hi[r] = _mm512_dpbusd_epi32(hi[r], w, group(&a.lo, g));
                     } else {
                         lo[r] = _mm512_dpbusd_epi32(lo[r], w, group(&a.lo, g));
@@ -216,8 +217,10 @@ fn tile<const MR: usize, const KIND: u8, const WIDE: bool>(
                 let a = &acts[r][i];
                 let sum = if WIDE {
                     _mm512_add_epi32(_mm512_slli_epi32::<8>(hi[r]), lo[r])
-                } else {
+                } else if MR == 1 {
                     _mm512_add_epi32(hi[r], lo[r])
+                } else {
+                    lo[r]
                 };
                 let s = if halves == 2 { a.sh[h] } else { a.s };
                 let scale = _mm512_mul_ps(d[h], _mm512_set1_ps(a.d));
