@@ -18,7 +18,7 @@
 
 use super::QMatrix;
 use crate::quant::{
-    BlockQ8Pair, GgmlType, IQ4_OFFSET, IQ4_VALUES, f16_at, iq4_indices, k_scales, k_sub_block,
+    BlockQ8Pair, GgmlType, f16_at, fixed_offset, iq4_indices, iq4_unsigned, k_scales, k_sub_block,
     k_super_scales, q5_values,
 };
 
@@ -254,15 +254,7 @@ impl PackedKind {
     /// The offset as a fixed multiple of the scale, for the 32-value types that store none
     /// (K-quants: see [`k_scales`]).
     pub(super) const fn offset_factor(self) -> Option<f32> {
-        match self {
-            Self::Q4_0 => Some(-8.0),
-            Self::Q5_0 => Some(-16.0),
-            Self::Q8_0 => Some(-128.0),
-            Self::Q6_K => Some(-32.0),
-            Self::Q3_K => Some(-4.0),
-            Self::IQ4_NL | Self::IQ4_XS => Some(-(IQ4_OFFSET as f32)),
-            Self::Q4_1 | Self::Q5_1 | Self::Q4_K | Self::Q5_K | Self::Q2_K => None,
-        }
+        fixed_offset(self.dtype())
     }
 
     /// Values in one block of the GGUF type (a K-quant super-block holds 8 panel blocks).
@@ -482,8 +474,7 @@ fn pack_unit(kind: PackedKind, b: &[u8], at: usize, lane: usize, unit: &mut [Lin
             })
         }
         PackedKind::Q5_0 => q5_values(&b[2..22]),
-        PackedKind::IQ4_NL => iq4_indices(&b[2..18])
-            .map(|i| (i16::from(IQ4_VALUES[usize::from(i)]) + IQ4_OFFSET) as u8),
+        PackedKind::IQ4_NL => iq4_unsigned(iq4_indices(&b[2..18])),
         _ => q5_values(&b[4..24]),
     };
     let vl = kind.value_lines();
@@ -585,10 +576,9 @@ mod tests {
             );
             // IQ4's table values are stored as bytes: 8.5 bits a value for IQ4_NL's 4.5 (1.89×),
             // 8.6 for IQ4_XS's 4.25 (2.03×).
-            let limit = if kind.values() == Values::Byte && kind != PackedKind::Q8_0 {
-                2.05
-            } else {
-                1.06
+            let limit = match kind {
+                PackedKind::IQ4_NL | PackedKind::IQ4_XS => 2.05,
+                _ => 1.06,
             };
             assert!(ratio <= limit, "{dtype}: {ratio:.3}× the GGUF's bytes");
         }

@@ -209,6 +209,16 @@ pub(crate) fn iq4_indices(qs: &[u8]) -> [u8; 32] {
     })
 }
 
+/// The packed layout's unsigned values of 32 indices: each table value plus [`IQ4_OFFSET`].
+pub(crate) fn iq4_unsigned(indices: [u8; 32]) -> [u8; 32] {
+    indices.map(|i| (i16::from(IQ4_VALUES[usize::from(i)]) + IQ4_OFFSET) as u8)
+}
+
+/// The 32 table indices of IQ4_XS sub-block `j`.
+fn iq4_xs_indices(b: &[u8], j: usize) -> [u8; 32] {
+    iq4_indices(&b[8 + 16 * j..24 + 16 * j])
+}
+
 /// `{f16 d; u8 qs[16]}`: value = d · table[index] (both factors exact, one rounding).
 fn iq4_nl(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
@@ -232,7 +242,7 @@ fn iq4_xs(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
     for (j, y) in y.chunks_exact_mut(32).enumerate() {
         let dl = d * f32::from(iq4_xs_scale(b, j));
-        for (y, i) in y.iter_mut().zip(iq4_indices(&b[8 + 16 * j..24 + 16 * j])) {
+        for (y, i) in y.iter_mut().zip(iq4_xs_indices(b, j)) {
             *y = dl * f32::from(IQ4_VALUES[usize::from(i)]);
         }
     }
@@ -300,10 +310,11 @@ pub(crate) fn k_sub_block(dtype: GgmlType, b: &[u8], j: usize) -> KSub {
         }
         GgmlType::IQ4_XS => {
             // Table values shifted to 0..=240; the sub-block's one scale in both bytes.
-            let u = iq4_indices(&b[8 + 16 * j..24 + 16 * j])
-                .map(|i| (i16::from(IQ4_VALUES[usize::from(i)]) + IQ4_OFFSET) as u8);
             let sc = iq4_xs_scale(b, j) as u8;
-            KSub { u, s: [sc, sc] }
+            KSub {
+                u: iq4_unsigned(iq4_xs_indices(b, j)),
+                s: [sc, sc],
+            }
         }
         _ => unreachable!("{dtype} is not a K-quant with sub-blocks"),
     }
@@ -311,6 +322,20 @@ pub(crate) fn k_sub_block(dtype: GgmlType, b: &[u8], j: usize) -> KSub {
 
 /// What the packed layout adds to IQ4's table values to make them unsigned (0..=240).
 pub(crate) const IQ4_OFFSET: i16 = 127;
+
+/// The offset of the types whose values, made unsigned, sit a fixed multiple of the scale above
+/// the stored ones (`w = d·(u + f)`): `f`, or `None` for the types with a min of their own.
+pub(crate) const fn fixed_offset(dtype: GgmlType) -> Option<f32> {
+    match dtype {
+        GgmlType::Q4_0 => Some(-8.0),
+        GgmlType::Q5_0 => Some(-16.0),
+        GgmlType::Q8_0 => Some(-128.0),
+        GgmlType::Q6_K => Some(-32.0),
+        GgmlType::Q3_K => Some(-4.0),
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => Some(-(IQ4_OFFSET as f32)),
+        _ => None,
+    }
+}
 
 /// The f16 `d` and `dmin` of K-quant block `b` (`dmin` 0 where the type has none).
 pub(crate) fn k_super_scales(dtype: GgmlType, b: &[u8]) -> [[u8; 2]; 2] {
@@ -335,11 +360,7 @@ pub(crate) fn k_scales(dtype: GgmlType, s: [u8; 2], d: f32, dmin: f32) -> ([f32;
         }
         GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::IQ4_XS => {
             let sc = s.map(|x| d * f32::from(x as i8));
-            let f = match dtype {
-                GgmlType::Q6_K => -32.0,
-                GgmlType::Q3_K => -4.0,
-                _ => -f32::from(IQ4_OFFSET),
-            };
+            let f = fixed_offset(dtype).expect("these types have a fixed offset");
             (sc, sc.map(|x| x * f))
         }
         GgmlType::Q2_K => (
