@@ -18,8 +18,8 @@
 
 use super::QMatrix;
 use crate::quant::{
-    BlockQ8Pair, GgmlType, f16_at, fixed_offset, iq4_indices, iq4_unsigned, k_scales, k_sub_block,
-    k_super_scales, q5_values,
+    BlockQ8Pair, GgmlType, IQ4_UNSIGNED, f16_at, fixed_offset, iq4_index, iq4_indices,
+    iq4_unsigned, k_scales, k_sub_block, k_super_scales, q5_values,
 };
 
 /// Weight rows in one panel: the 16 f32 lanes of a 512-bit register.
@@ -66,7 +66,7 @@ pub enum PackedKind {
     Q6_K,
     Q3_K,
     Q2_K,
-    /// Table values shifted to 0..=240 and stored as bytes (see [`PackedKind::values`]).
+    /// Table indices stored as nibbles, looked up by the kernels (see [`Values::Table4`]).
     IQ4_NL,
     IQ4_XS,
 }
@@ -88,6 +88,9 @@ pub(super) enum Values {
     Nib6,
     /// 0..255: line g holds group g.
     Byte,
+    /// IQ4's 16 table values made unsigned (0..=240, [`IQ4_UNSIGNED`]): their 4-bit indices
+    /// stored as [`Values::Nib4`], each group's value taken from the table by one byte shuffle.
+    Table4,
 }
 
 impl Values {
@@ -100,6 +103,7 @@ impl Values {
             Self::Nib5 => 31,
             Self::Nib6 => 63,
             Self::Byte => 255,
+            Self::Table4 => IQ4_UNSIGNED[15] as u32,
         }
     }
 
@@ -161,9 +165,8 @@ impl PackedKind {
             Self::Q4_0 | Self::Q4_1 | Self::Q4_K => Values::Nib4,
             Self::Q5_0 | Self::Q5_1 | Self::Q5_K => Values::Nib5,
             Self::Q6_K => Values::Nib6,
-            // IQ4's 16 table values span 240 steps of the grid: as bytes, the packed panel holds
-            // them exactly and the kernels need no table (about twice the GGUF's 4.25–4.5 bits a value).
-            Self::Q8_0 | Self::IQ4_NL | Self::IQ4_XS => Values::Byte,
+            Self::Q8_0 => Values::Byte,
+            Self::IQ4_NL | Self::IQ4_XS => Values::Table4,
         }
     }
 
@@ -171,7 +174,7 @@ impl PackedKind {
         match self.values() {
             Values::Bits2 => 2,
             Values::Bits3 => 3,
-            Values::Nib4 => 4,
+            Values::Nib4 | Values::Table4 => 4,
             Values::Nib5 => 5,
             Values::Nib6 => 6,
             Values::Byte => 8,
@@ -401,12 +404,12 @@ impl PackedMatrix {
                 } else {
                     byte(g - 4) >> 4
                 };
-                let top = match values {
-                    Values::Nib5 => ((byte(4) >> g) & 1) << 4,
-                    Values::Nib6 => ((byte(4 + g / 4) >> (2 * (g % 4))) & 3) << 4,
-                    _ => 0,
-                };
-                low | top
+                match values {
+                    Values::Nib5 => low | ((byte(4) >> g) & 1) << 4,
+                    Values::Nib6 => low | ((byte(4 + g / 4) >> (2 * (g % 4))) & 3) << 4,
+                    Values::Table4 => IQ4_UNSIGNED[usize::from(low)],
+                    _ => low,
+                }
             }
         };
         (u, d, c)
@@ -504,6 +507,11 @@ fn put_values(kind: PackedKind, u: &[u8; 32], lane: usize, values: &mut [Line]) 
                 }
             }
             nibbles => {
+                let u = if nibbles == Values::Table4 {
+                    iq4_index(u)
+                } else {
+                    u
+                };
                 values[g % 4].0[at] |= if g < 4 { u & 0x0f } else { (u & 0x0f) << 4 };
                 match nibbles {
                     Values::Nib5 => values[4].0[at] |= (u >> 4) << g,
@@ -559,8 +567,8 @@ mod tests {
         assert!(PackedMatrix::pack(&w).is_none());
     }
 
-    /// Packed weights take about the GGUF's bytes (the last panel's padding rows aside), except
-    /// IQ4's, held as bytes.
+    /// Packed weights take about the GGUF's bytes (the last panel's padding rows aside): at most
+    /// 1.06×, IQ4_XS 1.09× (its 6-bit sub-block scales take the K-quants' two bytes a row).
     #[test]
     fn packed_bytes_stay_within_a_few_percent_of_the_gguf() {
         for kind in PackedKind::ALL {
@@ -574,11 +582,10 @@ mod tests {
                 "{dtype}: the layout's ratio {} is not the packed one {ratio}",
                 kind.size_ratio()
             );
-            // IQ4's table values are stored as bytes: 8.5 bits a value for IQ4_NL's 4.5 (1.89×),
-            // 8.6 for IQ4_XS's 4.25 (2.03×).
-            let limit = match kind {
-                PackedKind::IQ4_NL | PackedKind::IQ4_XS => 2.05,
-                _ => 1.06,
+            let limit = if kind == PackedKind::IQ4_XS {
+                1.09
+            } else {
+                1.06
             };
             assert!(ratio <= limit, "{dtype}: {ratio:.3}× the GGUF's bytes");
         }

@@ -3,15 +3,15 @@
 //! bytes of every line), a tile of up to [`MAX_ROWS`] activation rows at a time. Two builds of
 //! the same kernel: with AVX-VNNI the byte products are `vpdpbusd` (every packed type); with AVX2
 //! alone, `vpmaddubsw` pairs summed in 16 bits over as many groups as cannot overflow, then one
-//! `vpmaddwd` (exact for values of at most 63; Q8_0's bytes are taken as two nibbles, the high
-//! one's sum weighted 16).
+//! `vpmaddwd` (exact for values of at most 63; wider ones, Q8_0's bytes and IQ4's table values,
+//! are taken as two nibbles, the high one's sum weighted 16).
 //!
 //! The integer sums are exact and each lane's float steps are [`PackedMatrix::reference_dot`]'s,
 //! so results are bitwise those of the AVX-512 kernels, whatever the batch.
 
 use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values, prefetch_ahead};
 use super::{Activations, OutPtr};
-use crate::quant::{ActMode, BlockQ8Pair};
+use crate::quant::{ActMode, BlockQ8Pair, IQ4_UNSIGNED};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -126,6 +126,10 @@ macro_rules! kernel {
                         _mm256_or_si256(low, _mm256_and_si256(t, _mm256_set1_epi8(0x04)))
                     }
                     Values::Nib4 => nibble(g),
+                    Values::Table4 => {
+                        let table = _mm_loadu_si128(IQ4_UNSIGNED.as_ptr().cast());
+                        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nibble(g))
+                    }
                     Values::Nib5 => {
                         // Bit g of the top line moved to bit 4 (16-bit shifts of at most 4 spill only
                         // into bits the mask drops).
@@ -247,8 +251,8 @@ macro_rules! kernel {
                     let mut lo = [_mm256_setzero_si256(); MR];
                     let mut hi16 = [[_mm256_setzero_si256(); 2]; MR];
                     let mut lo16 = hi16;
-                    // Bytes go through the 16-bit sums as two nibbles.
-                    let byte = kind.values() == Values::Byte;
+                    // Bytes (values past 63) go through the 16-bit sums as two nibbles.
+                    let byte = kind.values().groups_in_i16() == 0;
                     let run = if byte { Values::Nib4 } else { kind.values() }.groups_in_i16();
                     for g in h * groups..(h + 1) * groups {
                         // SAFETY: as above.

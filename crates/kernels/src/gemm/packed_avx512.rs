@@ -8,7 +8,7 @@
 
 use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values, prefetch_ahead};
 use super::{Activations, OutPtr};
-use crate::quant::{ActMode, BlockQ8Pair};
+use crate::quant::{ActMode, BlockQ8Pair, IQ4_UNSIGNED};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -73,6 +73,10 @@ unsafe fn values(kind: PackedKind, block: *const u8, g: usize) -> __m512i {
                 _mm512_or_si512(low, _mm512_and_si512(t, _mm512_set1_epi8(0x04)))
             }
             Values::Nib4 => nibble(g),
+            Values::Table4 => {
+                let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_UNSIGNED.as_ptr().cast()));
+                _mm512_shuffle_epi8(table, nibble(g))
+            }
             Values::Nib5 => {
                 // Bit g of the top line moved to bit 4 (16-bit shifts of at most 4 spill only
                 // into bits the mask drops).

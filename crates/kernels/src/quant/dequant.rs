@@ -209,9 +209,28 @@ pub(crate) fn iq4_indices(qs: &[u8]) -> [u8; 32] {
     })
 }
 
-/// The packed layout's unsigned values of 32 indices: each table value plus [`IQ4_OFFSET`].
+/// IQ4's table values plus [`IQ4_OFFSET`]: the packed layout's unsigned values (0..=240), in
+/// index order (a byte-shuffle table for the kernels).
+pub(crate) const IQ4_UNSIGNED: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (IQ4_VALUES[i] as i16 + IQ4_OFFSET) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// The packed layout's unsigned values of 32 indices.
 pub(crate) fn iq4_unsigned(indices: [u8; 32]) -> [u8; 32] {
-    indices.map(|i| (i16::from(IQ4_VALUES[usize::from(i)]) + IQ4_OFFSET) as u8)
+    indices.map(|i| IQ4_UNSIGNED[usize::from(i)])
+}
+
+/// The index of an unsigned IQ4 value (one of [`IQ4_UNSIGNED`]; the table is increasing).
+pub(crate) fn iq4_index(u: u8) -> u8 {
+    let at = IQ4_UNSIGNED.partition_point(|&v| v < u);
+    debug_assert_eq!(IQ4_UNSIGNED.get(at), Some(&u), "{u} is not an IQ4 value");
+    at as u8
 }
 
 /// The 32 table indices of IQ4_XS sub-block `j`.

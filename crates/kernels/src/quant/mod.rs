@@ -8,8 +8,8 @@ mod types;
 pub use acts::{ACT_BLOCK, ActMode, BlockQ8Pair, BlockQ16, quantize_row, quantize_row_pairs};
 pub use dequant::dequantize;
 pub(crate) use dequant::{
-    f16_at, fifth_bits, fixed_offset, iq4_indices, iq4_unsigned, k_scales, k_sub_block,
-    k_super_scales, q5_values,
+    IQ4_UNSIGNED, f16_at, fifth_bits, fixed_offset, iq4_index, iq4_indices, iq4_unsigned, k_scales,
+    k_sub_block, k_super_scales, q5_values,
 };
 pub use types::GgmlType;
 
