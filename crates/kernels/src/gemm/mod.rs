@@ -363,9 +363,17 @@ impl<'a> OutPtr<'a> {
     /// As for [`OutPtr::write`], for each element.
     unsafe fn write_run(&self, i: usize, values: &[f32]) {
         assert!(i + values.len() <= self.len, "output run out of range");
+        let (from, to) = (values.as_ptr(), self.ptr.wrapping_add(i));
         // SAFETY: in bounds (checked), exclusive by the caller's contract; `values` is a
-        // different allocation from the output.
-        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.ptr.add(i), values.len()) }
+        // different allocation from the output. A whole panel's or half panel's run is copied
+        // with a constant length: a vector store, where a variable one calls `memmove`.
+        unsafe {
+            match values.len() {
+                16 => std::ptr::copy_nonoverlapping(from, to, 16),
+                8 => std::ptr::copy_nonoverlapping(from, to, 8),
+                n => std::ptr::copy_nonoverlapping(from, to, n),
+            }
+        }
     }
 }
 

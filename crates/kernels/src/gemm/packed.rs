@@ -21,6 +21,7 @@ use crate::quant::{
     BlockQ8Pair, GgmlType, IQ4_UNSIGNED, f16_at, fixed_offset, iq4_index, iq4_indices,
     iq4_unsigned, k_scales, k_sub_block, k_super_scales, q5_values,
 };
+use std::ops::Range;
 
 /// Weight rows in one panel: the 16 f32 lanes of a 512-bit register.
 pub const PANEL: usize = 16;
@@ -43,6 +44,34 @@ pub(super) fn prefetch_ahead(kind: PackedKind, block: *const u8) {
         // SAFETY: a prefetch is a hint: it never faults, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(PREFETCH_AHEAD + 64 * l).cast()) };
     }
+}
+
+/// Bytes of weight panels that one tile of activation rows passes before the next tile starts:
+/// the tile's activations stay in L1 over these panels, whose lines come from L2. (Each panel
+/// passing every activation row in turn instead streamed a long prompt's activations from L2 for
+/// every panel: 15–20% slower on a 512-row product.)
+const PANEL_BYTES_PER_PASS: usize = 64 << 10;
+
+/// The tiles of a product over weight rows `rows` (whole panels) with `m` activation rows, as
+/// (panel, first activation row, rows in the tile) of at most `max_rows` rows, in the order that
+/// keeps a tile's activations in L1: panels in runs of about [`PANEL_BYTES_PER_PASS`], each run
+/// passing every tile.
+pub(super) fn tiles(
+    w: &PackedMatrix,
+    rows: Range<usize>,
+    m: usize,
+    max_rows: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> {
+    assert!(rows.start.is_multiple_of(PANEL), "rows must start a panel");
+    let panels = rows.start / PANEL..rows.end.div_ceil(PANEL);
+    let per_pass = (PANEL_BYTES_PER_PASS / (64 * w.panel_lines())).max(1);
+    panels.clone().step_by(per_pass).flat_map(move |first| {
+        let run = first..(first + per_pass).min(panels.end);
+        (0..m).step_by(max_rows).flat_map(move |row| {
+            run.clone()
+                .map(move |panel| (panel, row, (m - row).min(max_rows)))
+        })
+    })
 }
 
 /// One 64-byte line, aligned for full-width loads.
@@ -254,10 +283,22 @@ impl PackedKind {
         (i / u) * self.unit_lines() + u * self.value_lines()
     }
 
-    /// The offset as a fixed multiple of the scale, for the 32-value types that store none
-    /// (K-quants: see [`k_scales`]).
-    pub(super) const fn offset_factor(self) -> Option<f32> {
+    /// The offset as a fixed multiple `f` of the scale, for the types that store none (a
+    /// K-quant's per sub-block: see [`k_scales`]).
+    pub(super) const fn offset_factor(self) -> Option<i32> {
         fixed_offset(self.dtype())
+    }
+
+    /// What the integer sum of (half) block `h` starts from: with a fixed offset `f`, `f·Σq` over
+    /// the activations it meets, so that the sum is `Σ(u + f)·q`, the weights' own values times
+    /// the activations, and the offset costs no float step; 0 for the kinds with a min.
+    #[inline(always)]
+    pub(super) fn offset_sum(self, a: &BlockQ8Pair, h: usize) -> i32 {
+        match self.offset_factor() {
+            Some(f) if self.halves() == 2 => f * a.sums[h],
+            Some(f) => f * (a.sums[0] + a.sums[1]),
+            None => 0,
+        }
     }
 
     /// Values in one block of the GGUF type (a K-quant super-block holds 8 panel blocks).
@@ -331,9 +372,14 @@ impl PackedMatrix {
         self.blocks
     }
 
+    /// Lines in one panel.
+    fn panel_lines(&self) -> usize {
+        self.blocks.div_ceil(self.kind.unit_blocks()) * self.kind.unit_lines()
+    }
+
     /// The lines of panel `p`: all its blocks in order.
     pub(super) fn panel(&self, p: usize) -> &[Line] {
-        let per = self.blocks.div_ceil(self.kind.unit_blocks()) * self.kind.unit_lines();
+        let per = self.panel_lines();
         &self.data[p * per..(p + 1) * per]
     }
 
@@ -344,7 +390,7 @@ impl PackedMatrix {
     /// Sets every packed value to its type's largest (all value bits on), for overflow tests.
     #[cfg(test)]
     pub(super) fn saturate_values(&mut self) {
-        let per = self.blocks.div_ceil(self.kind.unit_blocks()) * self.kind.unit_lines();
+        let per = self.panel_lines();
         for panel in self.data.chunks_exact_mut(per) {
             for i in 0..self.blocks {
                 let at = self.kind.value_at(i);
@@ -377,7 +423,7 @@ impl PackedMatrix {
             match kind.offset_factor() {
                 Some(f) => {
                     let d = f16_at(&scales[0].0, 32 * (i % 2) + 2 * lane);
-                    (d, d * f)
+                    (d, d * f as f32)
                 }
                 None => (
                     f16_at(&scales[0].0, 2 * lane),
@@ -427,14 +473,15 @@ impl PackedMatrix {
 
     /// Row `n` · one activation row, in exactly the arithmetic of the packed kernels (so they
     /// agree bitwise): per block, or per half block for the types with two scales, an exact
-    /// integer sum, then `acc = fma(Σ, d·d_x, acc)` and `acc = fma(c, s_x, acc)`, in order.
+    /// integer sum from [`PackedKind::offset_sum`], then `acc = fma(Σ, d·d_x, acc)` and, for the
+    /// kinds with a min, `acc = fma(c, s_x, acc)`, in order.
     pub fn reference_dot(&self, n: usize, acts: &[BlockQ8Pair]) -> f32 {
         let halves = self.kind.halves();
         let span = 32 / halves;
         let mut acc = 0.0f32;
         for (i, a) in acts.iter().enumerate() {
             for h in 0..halves {
-                let mut sum = 0i32;
+                let mut sum = self.kind.offset_sum(a, h);
                 for j in h * span..(h + 1) * span {
                     let (u, _, _) = self.value(n, 32 * i + j);
                     let q = 256 * i32::from(a.hi[j]) + i32::from(a.lo[j]);
@@ -443,7 +490,9 @@ impl PackedMatrix {
                 let (_, d, c) = self.value(n, 32 * i + h * span);
                 let s = if halves == 2 { a.sh[h] } else { a.s };
                 acc = (sum as f32).mul_add(d * a.d, acc);
-                acc = c.mul_add(s, acc);
+                if self.kind.offset_factor().is_none() {
+                    acc = c.mul_add(s, acc);
+                }
             }
         }
         acc

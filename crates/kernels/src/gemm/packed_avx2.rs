@@ -9,7 +9,7 @@
 //! The integer sums are exact and each lane's float steps are [`PackedMatrix::reference_dot`]'s,
 //! so results are bitwise those of the AVX-512 kernels, whatever the batch.
 
-use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values, prefetch_ahead};
+use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values, prefetch_ahead, tiles};
 use super::{Activations, OutPtr};
 use crate::quant::{ActMode, BlockQ8Pair, IQ4_UNSIGNED};
 use std::arch::x86_64::*;
@@ -181,10 +181,7 @@ macro_rules! kernel {
                 let f16s = |off: usize| _mm256_cvtph_ps(_mm_load_si128(at.add(off).cast()));
                 if !kind.super_blocks() {
                     let (d, c) = match kind.offset_factor() {
-                        Some(f) => {
-                            let d = f16s(32 * (i % 2));
-                            (d, _mm256_mul_ps(d, _mm256_set1_ps(f)))
-                        }
+                        Some(_) => (f16s(32 * (i % 2)), _mm256_setzero_ps()),
                         None => (f16s(0), f16s(32)),
                     };
                     return ([d; 2], [c; 2]);
@@ -212,9 +209,7 @@ macro_rules! kernel {
                     _ => {
                         let s0 = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<24>(bytes));
                         let s1 = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<16>(bytes));
-                        let f = _mm256_set1_ps(kind.offset_factor().unwrap_or(0.0));
-                        let sc = [times(s0, d), times(s1, d)];
-                        (sc, sc.map(|x| _mm256_mul_ps(x, f)))
+                        ([times(s0, d), times(s1, d)], [_mm256_setzero_ps(); 2])
                     }
                 }
             }
@@ -248,7 +243,8 @@ macro_rules! kernel {
                 let (d, c) = unsafe { scales(kind, panel, i, half) };
                 for h in 0..halves {
                     let mut hi = [_mm256_setzero_si256(); MR];
-                    let mut lo = [_mm256_setzero_si256(); MR];
+                    let mut lo: [__m256i; MR] =
+                        std::array::from_fn(|r| _mm256_set1_epi32(kind.offset_sum(&acts[r][i], h)));
                     let mut hi16 = [[_mm256_setzero_si256(); 2]; MR];
                     let mut lo16 = hi16;
                     // Bytes (values past 63) go through the 16-bit sums as two nibbles.
@@ -290,7 +286,9 @@ macro_rules! kernel {
                         let s = if halves == 2 { a.sh[h] } else { a.s };
                         let scale = _mm256_mul_ps(d[h], _mm256_set1_ps(a.d));
                         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[r]);
-                        acc[r] = _mm256_fmadd_ps(c[h], _mm256_set1_ps(s), acc[r]);
+                        if kind.offset_factor().is_none() {
+                            acc[r] = _mm256_fmadd_ps(c[h], _mm256_set1_ps(s), acc[r]);
+                        }
                     }
                 }
             }
@@ -377,25 +375,18 @@ pub(super) unsafe fn gemm(
     rows: Range<usize>,
     vnni: bool,
 ) {
-    assert!(rows.start.is_multiple_of(PANEL), "rows must start a panel");
     assert_eq!(x.pairs.len(), x.q16.len(), "activations lack byte pairs");
-    for panel in rows.start / PANEL..rows.end.div_ceil(PANEL) {
-        let first = panel * PANEL;
-        let valid = (w.rows - first).min(PANEL);
+    for (panel, m, take) in tiles(w, rows, x.m, MAX_ROWS) {
+        let valid = (w.rows - panel * PANEL).min(PANEL);
         for half in 0..valid.div_ceil(PANEL / 2) {
-            let mut m = 0;
-            while m < x.m {
-                let take = (x.m - m).min(MAX_ROWS);
-                // SAFETY: the caller guarantees the features; these columns are this call's.
-                unsafe {
-                    match take {
-                        4 => tile_out::<4>(w, (panel, half), x, m, out, vnni),
-                        3 => tile_out::<3>(w, (panel, half), x, m, out, vnni),
-                        2 => tile_out::<2>(w, (panel, half), x, m, out, vnni),
-                        _ => tile_out::<1>(w, (panel, half), x, m, out, vnni),
-                    }
+            // SAFETY: the caller guarantees the features; these columns are this call's.
+            unsafe {
+                match take {
+                    4 => tile_out::<4>(w, (panel, half), x, m, out, vnni),
+                    3 => tile_out::<3>(w, (panel, half), x, m, out, vnni),
+                    2 => tile_out::<2>(w, (panel, half), x, m, out, vnni),
+                    _ => tile_out::<1>(w, (panel, half), x, m, out, vnni),
                 }
-                m += take;
             }
         }
     }

@@ -6,7 +6,7 @@
 //! size, so results are bitwise the same in any batch. One kernel family per activation mode:
 //! 16-bit activations take two `vpdpbusd` per group (high and low bytes), 8-bit ones one.
 
-use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values, prefetch_ahead};
+use super::packed::{Line, PANEL, PackedKind, PackedMatrix, Values, prefetch_ahead, tiles};
 use super::{Activations, OutPtr};
 use crate::quant::{ActMode, BlockQ8Pair, IQ4_UNSIGNED};
 use std::arch::x86_64::*;
@@ -110,7 +110,8 @@ unsafe fn values(kind: PackedKind, block: *const u8, g: usize) -> __m512i {
 }
 
 /// Scales `d` and offsets `c` of block `i` of a panel, per half (both the same where there is
-/// one scale), formed as [`crate::quant::k_scales`] forms them for the K-quants.
+/// one scale), formed as [`crate::quant::k_scales`] forms them for the K-quants; `c` is 0 for
+/// the kinds with a fixed offset, which the integer sums hold ([`PackedKind::offset_sum`]).
 ///
 /// # Safety
 /// `panel` points to a whole, 64-byte aligned panel of `kind` with more than `i` blocks.
@@ -125,10 +126,7 @@ unsafe fn scales(kind: PackedKind, panel: *const u8, i: usize) -> ([__m512; 2], 
         if !kind.super_blocks() {
             // One `d` per block, two blocks a line; or `d`, then the min.
             let (d, c) = match kind.offset_factor() {
-                Some(f) => {
-                    let d = f16s(32 * (i % 2));
-                    (d, _mm512_mul_ps(d, _mm512_set1_ps(f)))
-                }
+                Some(_) => (f16s(32 * (i % 2)), _mm512_setzero_ps()),
                 None => (f16s(0), f16s(32)),
             };
             return ([d; 2], [c; 2]);
@@ -163,9 +161,7 @@ unsafe fn scales(kind: PackedKind, panel: *const u8, i: usize) -> ([__m512; 2], 
                 // Q6_K, Q3_K, IQ4_XS: signed bytes, the offset a fixed multiple of the scale.
                 let s0 = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(bytes));
                 let s1 = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(bytes));
-                let f = _mm512_set1_ps(kind.offset_factor().unwrap_or(0.0));
-                let sc = [times(s0, d), times(s1, d)];
-                (sc, sc.map(|x| _mm512_mul_ps(x, f)))
+                ([times(s0, d), times(s1, d)], [_mm512_setzero_ps(); 2])
             }
         }
     }
@@ -198,7 +194,8 @@ fn tile<const MR: usize, const KIND: u8, const WIDE: bool>(
         let (d, c) = unsafe { scales(kind, panel, i) };
         for h in 0..halves {
             let mut hi = [_mm512_setzero_si512(); MR];
-            let mut lo = [_mm512_setzero_si512(); MR];
+            let mut lo: [__m512i; MR] =
+                std::array::from_fn(|r| _mm512_set1_epi32(kind.offset_sum(&acts[r][i], h)));
             for g in h * groups..(h + 1) * groups {
                 // SAFETY: as above.
                 let w = unsafe { values(kind, block, g) };
@@ -229,7 +226,9 @@ fn tile<const MR: usize, const KIND: u8, const WIDE: bool>(
                 let s = if halves == 2 { a.sh[h] } else { a.s };
                 let scale = _mm512_mul_ps(d[h], _mm512_set1_ps(a.d));
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[r]);
-                acc[r] = _mm512_fmadd_ps(c[h], _mm512_set1_ps(s), acc[r]);
+                if kind.offset_factor().is_none() {
+                    acc[r] = _mm512_fmadd_ps(c[h], _mm512_set1_ps(s), acc[r]);
+                }
             }
         }
     }
@@ -295,26 +294,20 @@ pub(super) unsafe fn product<const MR: usize>(
 /// The CPU must support AVX-512 F/BW and VNNI, F16C and FMA; `x` must hold byte pairs
 /// ([`Activations::set`] makes them on such a CPU).
 pub(super) unsafe fn gemm(w: &PackedMatrix, x: &Activations, out: &OutPtr, rows: Range<usize>) {
-    assert!(rows.start.is_multiple_of(PANEL), "rows must start a panel");
     assert_eq!(x.pairs.len(), x.q16.len(), "activations lack byte pairs");
-    for panel in rows.start / PANEL..rows.end.div_ceil(PANEL) {
-        let mut m = 0;
-        while m < x.m {
-            let take = (x.m - m).min(MAX_ROWS);
-            // SAFETY: the caller guarantees the features; these columns belong to this call.
-            unsafe {
-                match take {
-                    8 => tile_out::<8>(w, panel, x, m, out),
-                    7 => tile_out::<7>(w, panel, x, m, out),
-                    6 => tile_out::<6>(w, panel, x, m, out),
-                    5 => tile_out::<5>(w, panel, x, m, out),
-                    4 => tile_out::<4>(w, panel, x, m, out),
-                    3 => tile_out::<3>(w, panel, x, m, out),
-                    2 => tile_out::<2>(w, panel, x, m, out),
-                    _ => tile_out::<1>(w, panel, x, m, out),
-                }
+    for (panel, m, take) in tiles(w, rows, x.m, MAX_ROWS) {
+        // SAFETY: the caller guarantees the features; these columns belong to this call.
+        unsafe {
+            match take {
+                8 => tile_out::<8>(w, panel, x, m, out),
+                7 => tile_out::<7>(w, panel, x, m, out),
+                6 => tile_out::<6>(w, panel, x, m, out),
+                5 => tile_out::<5>(w, panel, x, m, out),
+                4 => tile_out::<4>(w, panel, x, m, out),
+                3 => tile_out::<3>(w, panel, x, m, out),
+                2 => tile_out::<2>(w, panel, x, m, out),
+                _ => tile_out::<1>(w, panel, x, m, out),
             }
-            m += take;
         }
     }
 }

@@ -210,6 +210,7 @@ fn quantize_block_avx512(xs: &[f32], block: &mut BlockQ16, pair: &mut BlockQ8Pai
         pair.d = d;
         pair.s = block.s;
         pair.sh = block.sh;
+        pair.sums = sums;
     }
 }
 
@@ -275,13 +276,14 @@ fn quantize_block_avx2(xs: &[f32], block: &mut BlockQ16, pair: &mut BlockQ8Pair,
         pair.d = d;
         pair.s = block.s;
         pair.sh = block.sh;
+        pair.sums = sums;
     }
 }
 
 /// The same 32 activations split into two signed bytes each, `q = 256·hi + lo`, for the
 /// byte-wise integer products (`vpdpbusd`) of the AVX-512 kernels: two 8-bit products give the
 /// exact 16-bit one (in [`ActMode::Int8`], `hi` is all zeros and the kernels skip it). `d`, `s`
-/// and `sh` are the [`BlockQ16`]'s.
+/// and `sh` are the [`BlockQ16`]'s, `sums` the integer sums those are `d` times.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[repr(C, align(8))]
 pub struct BlockQ8Pair {
@@ -290,6 +292,9 @@ pub struct BlockQ8Pair {
     pub d: f32,
     pub s: f32,
     pub sh: [f32; 2],
+    /// Σq over each half, exact: what the kernels start a block's integer sum from for weights
+    /// whose offset is a fixed multiple of their scale (`f·Σq`, see `PackedKind::offset_sum`).
+    pub sums: [i32; 2],
 }
 
 impl From<&BlockQ16> for BlockQ8Pair {
@@ -298,6 +303,12 @@ impl From<&BlockQ16> for BlockQ8Pair {
             d: b.d,
             s: b.s,
             sh: b.sh,
+            sums: [0, 1].map(|h| {
+                b.qs[16 * h..16 * h + 16]
+                    .iter()
+                    .map(|&q| i32::from(q))
+                    .sum()
+            }),
             ..Self::default()
         };
         for (i, &q) in b.qs.iter().enumerate() {

@@ -344,14 +344,14 @@ pub(crate) const IQ4_OFFSET: i16 = 127;
 
 /// The offset of the types whose values, made unsigned, sit a fixed multiple of the scale above
 /// the stored ones (`w = d·(u + f)`): `f`, or `None` for the types with a min of their own.
-pub(crate) const fn fixed_offset(dtype: GgmlType) -> Option<f32> {
+pub(crate) const fn fixed_offset(dtype: GgmlType) -> Option<i32> {
     match dtype {
-        GgmlType::Q4_0 => Some(-8.0),
-        GgmlType::Q5_0 => Some(-16.0),
-        GgmlType::Q8_0 => Some(-128.0),
-        GgmlType::Q6_K => Some(-32.0),
-        GgmlType::Q3_K => Some(-4.0),
-        GgmlType::IQ4_NL | GgmlType::IQ4_XS => Some(-(IQ4_OFFSET as f32)),
+        GgmlType::Q4_0 => Some(-8),
+        GgmlType::Q5_0 => Some(-16),
+        GgmlType::Q8_0 => Some(-128),
+        GgmlType::Q6_K => Some(-32),
+        GgmlType::Q3_K => Some(-4),
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => Some(-(IQ4_OFFSET as i32)),
         _ => None,
     }
 }
@@ -380,7 +380,7 @@ pub(crate) fn k_scales(dtype: GgmlType, s: [u8; 2], d: f32, dmin: f32) -> ([f32;
         GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::IQ4_XS => {
             let sc = s.map(|x| d * f32::from(x as i8));
             let f = fixed_offset(dtype).expect("these types have a fixed offset");
-            (sc, sc.map(|x| x * f))
+            (sc, sc.map(|x| x * f as f32))
         }
         GgmlType::Q2_K => (
             s.map(|x| d * f32::from(x & 0x0f)),
