@@ -50,10 +50,8 @@ fn main() {
             let x: Vec<f32> = (0..m * cols)
                 .map(|i| ((i * 7919 % 1000) as f32) / 500.0 - 1.0)
                 .collect();
-            let mut a = Activations {
-                mode,
-                ..Default::default()
-            };
+            let mut a = Activations::default();
+            a.mode = mode;
             a.set(&x, m, cols);
             let mut out = vec![0f32; m * rows];
             let reps = (MACS_PER_MEASUREMENT / (m * rows * cols)).max(3);

@@ -343,6 +343,7 @@ impl Runner {
         let cfg = &model.config;
         let hd = cfg.hidden;
         self.scratch.acts.mode = model.activations;
+        self.scratch.acts.skip_f32 = model.weights.all_packed();
         let batch = BatchRows::new(seqs, &model.rope_freqs(), model.local_rope_freqs().as_ref());
         let m = batch.len();
         let mut h = vec![0.0f32; m * hd];

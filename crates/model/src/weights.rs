@@ -301,6 +301,13 @@ impl ModelWeights {
         }
     }
 
+    /// Whether every product (the output head's too) has a packed copy.
+    pub fn all_packed(&self) -> bool {
+        self.layer_products()
+            .chain(std::iter::once(&self.output))
+            .all(|l| l.packed.is_some())
+    }
+
     /// Bytes of the packed copies.
     pub fn packed_bytes(&self) -> usize {
         self.layer_products()

@@ -88,10 +88,17 @@ pub struct Activations {
     pub mode: ActMode,
     pub m: usize,
     pub k: usize,
+    /// The rows as given (not kept where `skip_f32` is set and byte pairs are made).
     pub f32: Vec<f32>,
     pub q16: Vec<BlockQ16>,
     /// `q16` as byte pairs, for packed weights (made where packed kernels run: AVX2 and up).
     pub pairs: Vec<BlockQ8Pair>,
+    /// Set by an owner whose weights are all packed: where byte pairs are made, `set` then skips
+    /// the f32 copy, which only products of unpacked weights read (a copy of every layer input,
+    /// ~4% of a batched decode step).
+    pub skip_f32: bool,
+    /// Whether `f32` holds the rows of the last `set`.
+    has_f32: bool,
 }
 
 impl Activations {
@@ -106,12 +113,16 @@ impl Activations {
         self.q16.resize(m * per, BlockQ16::default());
         // Byte pairs are what the packed kernels read.
         let with_pairs = isa() >= Isa::Avx2;
+        let copy = !(with_pairs && self.skip_f32);
+        self.has_f32 = copy;
         let mode = self.mode;
         self.pairs
             .resize(if with_pairs { m * per } else { 0 }, BlockQ8Pair::default());
         // Rows `x` into `f`, `q` and (when made) `p`.
         let fill = |x: &[f32], f: &mut [f32], q: &mut [BlockQ16], p: &mut [BlockQ8Pair]| {
-            f.copy_from_slice(x);
+            if copy {
+                f.copy_from_slice(x);
+            }
             for (i, (row, blocks)) in x.chunks_exact(k).zip(q.chunks_exact_mut(per)).enumerate() {
                 if with_pairs {
                     quantize_row_pairs(row, blocks, &mut p[i * per..(i + 1) * per], mode);
@@ -144,6 +155,10 @@ impl Activations {
     }
 
     pub fn row_f32(&self, i: usize) -> &[f32] {
+        assert!(
+            self.has_f32,
+            "activations set without their f32 copy (skip_f32)"
+        );
         &self.f32[i * self.k..(i + 1) * self.k]
     }
 
