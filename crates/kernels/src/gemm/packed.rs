@@ -6,10 +6,13 @@
 //! Every supported type becomes "unsigned values with a scale and offset" over blocks of 32
 //! values, `w = d·u + c`, or for the K-quants whose scales change every 16 values, the same per
 //! half block. A block's dot product with activations `x = d_x·q` is then
-//! `Σu·q · d·d_x + c·s_x` (`s_x = d_x·Σq`, over the half where scales are per half).
+//! `Σu·q · d·d_x + c·s_x` (`s_x = d_x·Σq`, over the half where scales are per half); where the
+//! offset is a fixed multiple of the scale, `c = f·d`, it is `(Σu·q + f·Σq) · d·d_x`, one integer
+//! sum ([`PackedKind::offset_sum`]).
 //!
 //! The values are stored by their width ([`Values`]): 4 bits (two a byte, 4 lines), 5 or 6 bits
-//! (the low four as nibbles, the rest in 1 or 2 bit-plane lines) or 8 bits (8 lines). The
+//! (the low four as nibbles, the rest in 1 or 2 bit-plane lines), 8 bits (8 lines), or IQ4's
+//! 4-bit indices into its table of 16 values (as nibbles, looked up by the kernels). The
 //! scales: GGUF's f16 `d` and min in one line after each block for the 32-value types; for the
 //! K-quants, after each super-block's 8 blocks, 4 lines of the sub-blocks' two scale bytes per
 //! row and one of the super-block's f16 `d` and `dmin`, from which the kernels form `d·sc` and
