@@ -287,32 +287,28 @@ impl ModelWeights {
             .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
     }
 
+    /// Every product, the output head last.
+    fn products(&self) -> impl Iterator<Item = &Linear> {
+        self.layer_products().chain(std::iter::once(&self.output))
+    }
+
     /// What one token costs the matrix products: multiply-adds in the layers and in the output
     /// head, and the bytes of weights a step reads (each matrix once, whatever the batch).
     pub fn product_costs(&self) -> ProductCosts {
         ProductCosts {
             layer_macs: self.layer_products().map(|l| l.rows * l.cols).sum(),
             head_macs: self.output.rows * self.output.cols,
-            read_bytes: self
-                .layer_products()
-                .chain(std::iter::once(&self.output))
-                .map(Linear::read_bytes)
-                .sum(),
+            read_bytes: self.products().map(Linear::read_bytes).sum(),
         }
     }
 
     /// Whether every product (the output head's too) has a packed copy.
     pub fn all_packed(&self) -> bool {
-        self.layer_products()
-            .chain(std::iter::once(&self.output))
-            .all(|l| l.packed.is_some())
+        self.products().all(|l| l.packed.is_some())
     }
 
     /// Bytes of the packed copies.
     pub fn packed_bytes(&self) -> usize {
-        self.layer_products()
-            .chain(std::iter::once(&self.output))
-            .map(Linear::packed_bytes)
-            .sum()
+        self.products().map(Linear::packed_bytes).sum()
     }
 }
