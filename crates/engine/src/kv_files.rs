@@ -3,31 +3,31 @@
 //! every token up to the block's end), so a restarted server finds its prefixes again.
 //!
 //! A file holds a header (magic, the model's fingerprint, the block's whole token path) and the
-//! block's keys and values as the runner saves them (f32, little-endian). Files of another model
-//! or layout are ignored, never read into the cache. Files are written to a temporary name and
+//! block's keys and values as the runner saves them (its KV store's dtype, little-endian; the
+//! fingerprint names the dtype). Files of another model, dtype or layout are ignored, never read into the cache. Files are written to a temporary name and
 //! renamed, so a crash leaves no half-written block under a real name.
 
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 10] = b"SPECULAKV1";
+const MAGIC: &[u8; 10] = b"SPECULAKV2";
 
 pub(crate) struct KvFiles {
     dir: PathBuf,
     fingerprint: String,
-    floats: usize,
+    bytes: usize,
 }
 
 impl KvFiles {
-    /// The directory (created if missing) for blocks of `floats` values of the model
-    /// `fingerprint` names.
-    pub(crate) fn open(dir: &Path, fingerprint: &str, floats: usize) -> io::Result<Self> {
+    /// The directory (created if missing) for blocks of `bytes` bytes of the model (and KV
+    /// dtype) `fingerprint` names.
+    pub(crate) fn open(dir: &Path, fingerprint: &str, bytes: usize) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             fingerprint: fingerprint.to_string(),
-            floats,
+            bytes,
         })
     }
 
@@ -35,9 +35,9 @@ impl KvFiles {
         self.dir.join(format!("{key:016x}.kv"))
     }
 
-    pub(crate) fn write(&self, key: u64, tokens: &[u32], data: &[f32]) -> io::Result<()> {
-        assert_eq!(data.len(), self.floats, "a whole block");
-        let mut bytes = Vec::with_capacity(64 + 4 * (tokens.len() + data.len()));
+    pub(crate) fn write(&self, key: u64, tokens: &[u32], data: &[u8]) -> io::Result<()> {
+        assert_eq!(data.len(), self.bytes, "a whole block");
+        let mut bytes = Vec::with_capacity(64 + 4 * tokens.len() + data.len());
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&(self.fingerprint.len() as u32).to_le_bytes());
         bytes.extend_from_slice(self.fingerprint.as_bytes());
@@ -46,9 +46,7 @@ impl KvFiles {
             bytes.extend_from_slice(&t.to_le_bytes());
         }
         bytes.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        for v in data {
-            bytes.extend_from_slice(&v.to_le_bytes());
-        }
+        bytes.extend_from_slice(data);
         let tmp = self.dir.join(format!("{key:016x}.kv.tmp"));
         fs::File::create(&tmp)?.write_all(&bytes)?;
         fs::rename(tmp, self.path(key))
@@ -75,13 +73,13 @@ impl KvFiles {
         for _ in 0..n {
             tokens.push(read_u32(r)?);
         }
-        let mut floats = [0u8; 8];
-        r.read_exact(&mut floats)?;
-        Ok((u64::from_le_bytes(floats) == self.floats as u64).then_some(tokens))
+        let mut len = [0u8; 8];
+        r.read_exact(&mut len)?;
+        Ok((u64::from_le_bytes(len) == self.bytes as u64).then_some(tokens))
     }
 
     /// Reads block `key`, whose path must be `tokens`, into `out`.
-    pub(crate) fn read(&self, key: u64, tokens: Option<&[u32]>, out: &mut [f32]) -> io::Result<()> {
+    pub(crate) fn read(&self, key: u64, tokens: Option<&[u32]>, out: &mut [u8]) -> io::Result<()> {
         let mut r = io::BufReader::new(fs::File::open(self.path(key))?);
         let Some(found) = self.header(&mut r)? else {
             return Err(io::Error::other("not a block of this model"));
@@ -89,12 +87,7 @@ impl KvFiles {
         if tokens.is_some_and(|t| t != found) {
             return Err(io::Error::other("the file holds another prefix"));
         }
-        let mut bytes = vec![0u8; 4 * self.floats];
-        r.read_exact(&mut bytes)?;
-        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-            *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        Ok(())
+        r.read_exact(out)
     }
 
     /// The token paths of this model's stored blocks, shortest first (so parents come before
@@ -130,11 +123,11 @@ mod tests {
     fn blocks_round_trip_and_foreign_files_are_ignored() {
         let dir = std::env::temp_dir().join(format!("specula-kv-files-{}", std::process::id()));
         let files = KvFiles::open(&dir, "model-a", 4).unwrap();
-        files.write(7, &[1, 2], &[0.5, -1.0, 2.0, 3.0]).unwrap();
-        files.write(9, &[1, 2, 3, 4], &[1.0; 4]).unwrap();
-        let mut out = [0.0; 4];
+        files.write(7, &[1, 2], &[5, 0, 255, 3]).unwrap();
+        files.write(9, &[1, 2, 3, 4], &[1; 4]).unwrap();
+        let mut out = [0; 4];
         files.read(7, Some(&[1, 2]), &mut out).unwrap();
-        assert_eq!(out, [0.5, -1.0, 2.0, 3.0]);
+        assert_eq!(out, [5, 0, 255, 3]);
         assert!(
             files.read(7, Some(&[1, 3]), &mut out).is_err(),
             "another prefix"

@@ -78,8 +78,8 @@ impl Engine {
             let restored = paths.iter().filter(|p| scheduler.restore_stored(p)).count();
             tracing::info!(restored, "prefix cache: stored blocks found");
         }
-        let runner = Runner::new(&model.config, config.block_size, blocks);
-        let tiers = Tiers::new(sched.host_blocks as usize * runner.block_floats(), files);
+        let runner = Runner::new(&model, config.block_size, blocks);
+        let tiers = Tiers::new(sched.host_blocks as usize * runner.block_bytes(), files);
         let speculator = config.speculative.map(|c| {
             let drafter: Box<dyn Drafter> = match (c.algorithm, draft) {
                 (Algorithm::Standalone, Some(d)) => {

@@ -1,5 +1,5 @@
-//! The prefix cache's host and storage tiers as data: the host tier's floats and the storage
-//! tier's files, and the copies between them and the device KV that planning asks for.
+//! The prefix cache's host and storage tiers as data: the host tier's bytes (blocks as the
+//! runner saves them, in its KV store's dtype) and the storage tier's files, and the copies between them and the device KV that planning asks for.
 
 use crate::kv_files::KvFiles;
 use crate::step_loop::Engine;
@@ -9,9 +9,9 @@ use std::io;
 
 /// The host tier's KV and the storage tier's files.
 pub(crate) struct Tiers {
-    /// `Runner::block_floats` floats per host slot (pages are touched only as blocks are
-    /// demoted into them).
-    host_kv: Vec<f32>,
+    /// `Runner::block_bytes` bytes per host slot (pages are touched only as blocks are demoted
+    /// into them).
+    host_kv: Vec<u8>,
     files: Option<KvFiles>,
 }
 
@@ -29,9 +29,9 @@ enum TierError {
 }
 
 impl Tiers {
-    pub(crate) fn new(host_floats: usize, files: Option<KvFiles>) -> Self {
+    pub(crate) fn new(host_bytes: usize, files: Option<KvFiles>) -> Self {
         Self {
-            host_kv: vec![0.0; host_floats],
+            host_kv: vec![0; host_bytes],
             files,
         }
     }
@@ -56,8 +56,8 @@ impl Engine {
     }
 
     fn copy(&mut self, copy: &KvCopy) -> Result<(), TierError> {
-        let floats = self.runner.block_floats();
-        let slot = |h: BlockId| h.index() * floats..(h.index() + 1) * floats;
+        let bytes = self.runner.block_bytes();
+        let slot = |h: BlockId| h.index() * bytes..(h.index() + 1) * bytes;
         let tiers = &mut self.tiers;
         match copy {
             KvCopy::ToHost { device, host } => {
@@ -79,7 +79,7 @@ impl Engine {
                 device,
                 tokens,
             } => {
-                let mut data = vec![0.0; floats];
+                let mut data = vec![0; bytes];
                 let files = tiers.files.as_ref().ok_or(TierError::NoStorage)?;
                 files
                     .read(*key, Some(tokens), &mut data)
@@ -95,8 +95,8 @@ impl Engine {
         let Some(files) = &self.tiers.files else {
             return 0;
         };
-        let floats = self.runner.block_floats();
-        let mut data = vec![0.0; floats];
+        let bytes = self.runner.block_bytes();
+        let mut data = vec![0; bytes];
         let mut written = 0;
         for block in self.scheduler.persist_cache() {
             let read: Result<(), TierError> = match block.from {
@@ -105,8 +105,8 @@ impl Engine {
                     .save_block(device.0, &mut data)
                     .map_err(TierError::from),
                 Err(host) => {
-                    let at = host.index() * floats;
-                    data.copy_from_slice(&self.tiers.host_kv[at..at + floats]);
+                    let at = host.index() * bytes;
+                    data.copy_from_slice(&self.tiers.host_kv[at..at + bytes]);
                     Ok(())
                 }
             };

@@ -86,15 +86,15 @@ pub(crate) fn validate(
             return Err(ConfigError::StorageNeedsHostTier);
         }
         Some(dir) => {
-            let floats = model::Runner::block_floats_for(&model.config, config.block_size);
-            Some(
-                KvFiles::open(dir, &config.model_fingerprint, floats).map_err(|source| {
-                    ConfigError::StorageDir {
-                        dir: dir.clone(),
-                        source,
-                    }
-                })?,
-            )
+            let bytes = model::Runner::block_bytes_for(model, config.block_size);
+            // A block's bytes are the model's and the store's: another dtype is another file.
+            let fingerprint = format!("{} kv {}", config.model_fingerprint, model.kv_cache_dtype);
+            Some(KvFiles::open(dir, &fingerprint, bytes).map_err(|source| {
+                ConfigError::StorageDir {
+                    dir: dir.clone(),
+                    source,
+                }
+            })?)
         }
     };
     Ok((sched, files))

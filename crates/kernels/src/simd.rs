@@ -240,6 +240,15 @@ pub(crate) struct Avx2(());
 pub(crate) struct Mask8 {
     lanes: __m256i,
     full: bool,
+    /// How many lanes (a prefix): `lanes` as a count.
+    count: u8,
+}
+
+impl Mask8 {
+    /// The mask's lanes, `0..count()`.
+    pub(crate) fn count(self) -> usize {
+        self.count as usize
+    }
 }
 
 impl Avx2 {
@@ -283,6 +292,7 @@ unsafe impl F32s for Avx2 {
         Mask8 {
             lanes,
             full: n >= 8,
+            count: n.min(8) as u8,
         }
     }
     #[inline(always)]

@@ -4,12 +4,14 @@
 pub mod chat_template;
 pub mod config;
 pub mod gguf;
+mod kv_store;
 mod layers;
 pub mod runner;
 pub mod sampler;
 pub mod weights;
 
 pub use config::ModelConfig;
+pub use kernels::attention::KvDtype;
 pub use kernels::quant::ActMode;
 pub use runner::{Logits, LogitsFor, Model, Runner, SeqInput, Tree};
 

@@ -10,9 +10,10 @@ use crate::ModelError;
 use crate::config::Arch;
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
-use crate::layers::{BatchRows, KvLayer, Layer, Scratch, gemma3, standard};
+use crate::kv_store::{self, PagedKv};
+use crate::layers::{BatchRows, Layer, Scratch, gemma3, standard};
 use crate::weights::ModelWeights;
-use kernels::attention::KvShape;
+use kernels::attention::{KvDtype, KvShape};
 use kernels::gemm::gemm;
 use kernels::ops::{RopeFreqs, rms_norm};
 use kernels::quant::{ActMode, dequantize};
@@ -26,6 +27,8 @@ pub struct Model {
     pub config: ModelConfig,
     pub weights: ModelWeights,
     pub activations: ActMode,
+    /// What its runners' KV stores hold (`--kv-cache-dtype`; set it before making one).
+    pub kv_cache_dtype: KvDtype,
 }
 
 impl Model {
@@ -42,6 +45,7 @@ impl Model {
             config,
             weights,
             activations: ActMode::default(),
+            kv_cache_dtype: KvDtype::default(),
         })
     }
 
@@ -165,114 +169,82 @@ fn kv_shape(cfg: &ModelConfig, block_size: usize) -> KvShape {
 /// The forward pass and the KV store it owns (`n_blocks` blocks of `block_size` tokens).
 #[derive(Debug)]
 pub struct Runner {
-    shape: KvShape,
-    n_blocks: usize,
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    kv: PagedKv,
     scratch: Scratch,
 }
 
 impl Runner {
-    pub fn new(cfg: &ModelConfig, block_size: usize, n_blocks: usize) -> Self {
-        let shape = kv_shape(cfg, block_size);
-        let len = cfg.n_layers * n_blocks * shape.block_stride();
+    /// A runner for `model`, its KV store holding `model.kv_cache_dtype`.
+    pub fn new(model: &Model, block_size: usize, n_blocks: usize) -> Self {
+        let cfg = &model.config;
         Self {
-            shape,
-            n_blocks,
-            keys: vec![0.0; len],
-            values: vec![0.0; len],
+            kv: PagedKv::new(
+                kv_shape(cfg, block_size),
+                cfg.n_layers,
+                n_blocks,
+                model.kv_cache_dtype,
+            ),
             scratch: Scratch::default(),
         }
     }
 
     pub fn block_size(&self) -> usize {
-        self.shape.block_size
+        self.kv.shape.block_size
+    }
+
+    /// What the KV store holds.
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv.dtype()
     }
 
     /// Bytes the KV store takes.
     pub fn kv_bytes(&self) -> usize {
-        (self.keys.len() + self.values.len()) * std::mem::size_of::<f32>()
+        self.kv.bytes()
     }
 
-    /// [`Runner::block_floats`] of a runner for `cfg` with `block_size`-token blocks, before
+    /// [`Runner::block_bytes`] of a runner for `model` with `block_size`-token blocks, before
     /// there is one.
-    pub fn block_floats_for(cfg: &ModelConfig, block_size: usize) -> usize {
-        2 * cfg.n_layers * kv_shape(cfg, block_size).block_stride()
+    pub fn block_bytes_for(model: &Model, block_size: usize) -> usize {
+        let cfg = &model.config;
+        kv_store::block_bytes(
+            kv_shape(cfg, block_size),
+            cfg.n_layers,
+            model.kv_cache_dtype,
+        )
     }
 
-    /// Floats of one block's keys and values over all layers (what [`Runner::save_block`]
+    /// Bytes of one block's keys and values over all layers (what [`Runner::save_block`]
     /// writes).
-    pub fn block_floats(&self) -> usize {
-        2 * (self.keys.len() / (self.n_blocks * self.shape.block_stride()))
-            * self.shape.block_stride()
+    pub fn block_bytes(&self) -> usize {
+        self.kv.block_bytes()
     }
 
-    /// Copies block `block`'s keys and values, every layer, into `out` ([`Runner::block_floats`]
-    /// long): the prefix cache's demotion to its host tier.
-    pub fn save_block(&self, block: u32, out: &mut [f32]) -> Result<(), ModelError> {
-        let (stride, layer) = self.block_layout(block, out.len())?;
-        for (l, chunk) in out.chunks_exact_mut(2 * stride).enumerate() {
-            let at = l * layer + block as usize * stride;
-            chunk[..stride].copy_from_slice(&self.keys[at..at + stride]);
-            chunk[stride..].copy_from_slice(&self.values[at..at + stride]);
-        }
-        Ok(())
+    /// Copies block `block`'s keys and values, every layer, into `out` ([`Runner::block_bytes`]
+    /// long, in the store's dtype): the prefix cache's demotion to its host tier.
+    pub fn save_block(&self, block: u32, out: &mut [u8]) -> Result<(), ModelError> {
+        self.kv.save_block(block, out)
     }
 
     /// Writes a block saved by [`Runner::save_block`] back into block `block`: a promotion.
-    pub fn load_block(&mut self, block: u32, data: &[f32]) -> Result<(), ModelError> {
-        let (stride, layer) = self.block_layout(block, data.len())?;
-        for (l, chunk) in data.chunks_exact(2 * stride).enumerate() {
-            let at = l * layer + block as usize * stride;
-            self.keys[at..at + stride].copy_from_slice(&chunk[..stride]);
-            self.values[at..at + stride].copy_from_slice(&chunk[stride..]);
-        }
-        Ok(())
-    }
-
-    /// A block's stride and a layer's, after checking the block and the buffer's length.
-    fn block_layout(&self, block: u32, len: usize) -> Result<(usize, usize), ModelError> {
-        if block as usize >= self.n_blocks || len != self.block_floats() {
-            return Err(ModelError::BadBatch(format!(
-                "block {block} of {} with a buffer of {len} floats (needs {})",
-                self.n_blocks,
-                self.block_floats()
-            )));
-        }
-        let stride = self.shape.block_stride();
-        Ok((stride, self.n_blocks * stride))
+    pub fn load_block(&mut self, block: u32, data: &[u8]) -> Result<(), ModelError> {
+        self.kv.load_block(block, data)
     }
 
     /// Copies the keys and values in slot `from` to slot `to` of the same block table, in every
     /// layer: the accepted path of a draft tree is moved into consecutive positions this way.
     pub fn move_kv(&mut self, blocks: &[u32], from: usize, to: usize) -> Result<(), ModelError> {
-        let bs = self.shape.block_size;
+        let bs = self.kv.shape.block_size;
         let outside = |slot: usize| {
             blocks
                 .get(slot / bs)
-                .is_none_or(|&b| b as usize >= self.n_blocks)
+                .is_none_or(|&b| b as usize >= self.kv.n_blocks)
         };
         if outside(from) || outside(to) {
             return Err(ModelError::BadBatch(format!(
                 "KV move {from} → {to} outside the sequence's blocks"
             )));
         }
-        let (shape, layer_stride) = (self.shape, self.n_blocks * self.shape.block_stride());
-        for l in 0..self.keys.len() / layer_stride {
-            let base = l * layer_stride;
-            for kvh in 0..shape.n_kv_heads {
-                for d in 0..shape.head_dim {
-                    self.keys[base + shape.key_index(blocks, to, kvh, d)] =
-                        self.keys[base + shape.key_index(blocks, from, kvh, d)];
-                }
-            }
-            let (src, dst) = (
-                base + shape.value_index(blocks, from, 0, 0),
-                base + shape.value_index(blocks, to, 0, 0),
-            );
-            self.values
-                .copy_within(src..src + shape.token_stride(), dst);
-        }
+        self.kv.move_slot(blocks, from, to);
         Ok(())
     }
 
@@ -290,11 +262,11 @@ impl Runner {
                     model.config.context_length
                 )));
             }
-            if s.blocks.len() * self.shape.block_size < end {
+            if s.blocks.len() * self.kv.shape.block_size < end {
                 return Err(ModelError::BadBatch(format!(
                     "sequence {i} needs {end} KV slots but its {} blocks hold {}",
                     s.blocks.len(),
-                    s.blocks.len() * self.shape.block_size
+                    s.blocks.len() * self.kv.shape.block_size
                 )));
             }
             if let Some(tree) = s.tree {
@@ -310,10 +282,10 @@ impl Runner {
                     )));
                 }
             }
-            if let Some(b) = s.blocks.iter().find(|&&b| b as usize >= self.n_blocks) {
+            if let Some(b) = s.blocks.iter().find(|&&b| b as usize >= self.kv.n_blocks) {
                 return Err(ModelError::BadBatch(format!(
                     "sequence {i} uses block {b} of {}",
-                    self.n_blocks
+                    self.kv.n_blocks
                 )));
             }
             if let Some(t) = s
@@ -358,13 +330,8 @@ impl Runner {
             }
         }
         self.scratch.resize(cfg, m);
-        let layer_stride = self.n_blocks * self.shape.block_stride();
         for (l, lw) in model.weights.layers.iter().enumerate() {
-            let mut kv = KvLayer {
-                keys: &mut self.keys[l * layer_stride..(l + 1) * layer_stride],
-                values: &mut self.values[l * layer_stride..(l + 1) * layer_stride],
-                shape: self.shape,
-            };
+            let mut kv = self.kv.layer(l);
             let run = match cfg.arch {
                 Arch::Gemma3 => gemma3::layer,
                 Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => standard::layer,

@@ -6,7 +6,7 @@
 
 mod common;
 
-use model::{ActMode, LogitsFor, Model, Runner, SeqInput, Tree};
+use model::{ActMode, KvDtype, LogitsFor, Model, Runner, SeqInput, Tree};
 
 const BLOCK: usize = 16;
 
@@ -43,11 +43,19 @@ fn synthetic_models() -> Vec<Model> {
         .collect()
 }
 
+/// Every activation mode with every KV cache dtype.
+fn numerics() -> Vec<(ActMode, KvDtype)> {
+    ActMode::ALL
+        .into_iter()
+        .flat_map(|m| [(m, KvDtype::F32), (m, KvDtype::F16)])
+        .collect()
+}
+
 #[test]
 fn every_architecture_is_batch_invariant() {
     for mut model in synthetic_models() {
-        for mode in ActMode::ALL {
-            model.activations = mode;
+        for (mode, kv) in numerics() {
+            (model.activations, model.kv_cache_dtype) = (mode, kv);
             batched_equals_alone(&model);
             chunk_equals_one_by_one(&model);
         }
@@ -62,7 +70,7 @@ fn blocks(i: usize, per_seq: usize) -> Vec<u32> {
 /// Greedy decoding of one prompt alone: prefill as one chunk, then `steps` tokens one by one.
 /// Returns the logits of every step.
 fn alone(model: &Model, prompt: &[u32], steps: usize) -> Vec<Vec<u32>> {
-    let mut runner = Runner::new(&model.config, BLOCK, 8);
+    let mut runner = Runner::new(model, BLOCK, 8);
     let table = blocks(0, 8);
     let mut tokens = prompt.to_vec();
     let mut out = Vec::new();
@@ -87,8 +95,8 @@ fn alone(model: &Model, prompt: &[u32], steps: usize) -> Vec<Vec<u32>> {
 #[test]
 fn batched_decoding_is_bitwise_identical_to_decoding_alone() {
     let mut model = Model::load(&common::model_path()).unwrap();
-    for mode in ActMode::ALL {
-        model.activations = mode;
+    for (mode, kv) in numerics() {
+        (model.activations, model.kv_cache_dtype) = (mode, kv);
         batched_equals_alone(&model);
     }
 }
@@ -101,7 +109,7 @@ fn batched_equals_alone(model: &Model) {
     // All eight together; sequence i joins at step i % 3 (its prefill then rides along with the
     // others' single-token decodes).
     let per_seq = 8;
-    let mut runner = Runner::new(&model.config, BLOCK, per_seq * prompts.len());
+    let mut runner = Runner::new(model, BLOCK, per_seq * prompts.len());
     let tables: Vec<Vec<u32>> = (0..prompts.len()).map(|i| blocks(i, per_seq)).collect();
     let mut tokens: Vec<Vec<u32>> = prompts.clone();
     let mut done: Vec<usize> = vec![0; prompts.len()]; // tokens already in the KV cache
@@ -136,8 +144,9 @@ fn batched_equals_alone(model: &Model) {
         for s in 0..steps {
             assert!(
                 got[i][s] == expected[i][s],
-                "{}: sequence {i}, step {s}: batched logits differ from alone",
-                model.activations
+                "{}, {} KV: sequence {i}, step {s}: batched logits differ from alone",
+                model.activations,
+                model.kv_cache_dtype
             );
         }
     }
@@ -146,8 +155,8 @@ fn batched_equals_alone(model: &Model) {
 #[test]
 fn a_prefill_chunk_equals_feeding_tokens_one_by_one() {
     let mut model = Model::load(&common::model_path()).unwrap();
-    for mode in ActMode::ALL {
-        model.activations = mode;
+    for (mode, kv) in numerics() {
+        (model.activations, model.kv_cache_dtype) = (mode, kv);
         chunk_equals_one_by_one(&model);
     }
 }
@@ -157,7 +166,7 @@ fn chunk_equals_one_by_one(model: &Model) {
     let prompt = &prompts_in(model.config.vocab_size)[7];
     let table = blocks(0, 4);
 
-    let mut chunked = Runner::new(&model.config, BLOCK, 4);
+    let mut chunked = Runner::new(model, BLOCK, 4);
     let all = chunked
         .forward(
             model,
@@ -171,7 +180,7 @@ fn chunk_equals_one_by_one(model: &Model) {
         )
         .unwrap();
 
-    let mut single = Runner::new(&model.config, BLOCK, 4);
+    let mut single = Runner::new(model, BLOCK, 4);
     for (pos, tok) in prompt.iter().enumerate() {
         let one = single
             .forward(
@@ -188,8 +197,9 @@ fn chunk_equals_one_by_one(model: &Model) {
         assert_eq!(
             bits(one.last(0)),
             bits(all.row(0, pos)),
-            "{}: position {pos}",
-            model.activations
+            "{}, {} KV: position {pos}",
+            model.activations,
+            model.kv_cache_dtype
         );
     }
 }
@@ -197,7 +207,7 @@ fn chunk_equals_one_by_one(model: &Model) {
 #[test]
 fn bad_batches_are_errors_not_panics() {
     let model = Model::load(&common::model_path()).unwrap();
-    let mut runner = Runner::new(&model.config, BLOCK, 2);
+    let mut runner = Runner::new(&model, BLOCK, 2);
     let table = [0u32, 1];
     let too_long: Vec<u32> = vec![1; 40];
     let cases = [
@@ -237,7 +247,7 @@ fn bad_batches_are_errors_not_panics() {
 
 /// Logits of the last of `tokens`, computed in one forward pass of a fresh runner.
 fn last_logits(model: &Model, tokens: &[u32]) -> Vec<u32> {
-    let mut runner = Runner::new(&model.config, BLOCK, 8);
+    let mut runner = Runner::new(model, BLOCK, 8);
     let table = blocks(0, 8);
     let input = SeqInput {
         tokens,
@@ -273,7 +283,7 @@ fn a_draft_tree_node_sees_exactly_its_path_and_the_accepted_path_compacts() {
         root,
         parents: &parents,
     };
-    let mut runner = Runner::new(&model.config, BLOCK, 8);
+    let mut runner = Runner::new(&model, BLOCK, 8);
     let table = blocks(0, 8);
     let prefill = SeqInput {
         tokens: &prompt[..root],

@@ -1,10 +1,11 @@
 //! `--activations int16|int8` (`model::ActMode`): the one parser that `serve`, `generate`,
 //! `model bench`, `demo` and the serve config file's `activations` key share. The default is
-//! `ActMode::default()`, declared in the kernels crate and nowhere else.
+//! `ActMode::default()`, declared in the kernels crate and nowhere else. Beside it,
+//! `--kv-cache-dtype auto|f32|f16` (SGLang's flag), what the KV store holds.
 
-use clap::Args;
 use clap::builder::{PossibleValue, TypedValueParser};
-use model::ActMode;
+use clap::{Args, ValueEnum};
+use model::{ActMode, KvDtype, Model};
 
 /// A mode by name, in any case (as the value-enum flags take theirs); the error names the allowed
 /// values.
@@ -39,14 +40,48 @@ impl TypedValueParser for ActModeParser {
     }
 }
 
-/// `--activations` for `generate`, `model bench` and `demo` (`serve` declares its own in
-/// `ServeArgs`, as an optional layer).
+/// `--kv-cache-dtype`: what the KV store holds (`auto`, SGLang's default name, is f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvCacheDtype {
+    #[value(alias = "auto")]
+    F32,
+    F16,
+}
+
+impl KvCacheDtype {
+    pub fn dtype(self) -> KvDtype {
+        match self {
+            KvCacheDtype::F32 => KvDtype::F32,
+            KvCacheDtype::F16 => KvDtype::F16,
+        }
+    }
+
+    /// The flag's default: the runtime's ([`KvDtype::default`]), named as the flag names it.
+    pub fn default_name() -> &'static str {
+        KvDtype::default().name()
+    }
+}
+
+/// `--activations` and `--kv-cache-dtype` for `generate`, `model bench` and `demo` (`serve`
+/// declares its own in `ServeArgs`, as optional layers).
 #[derive(Args, Debug, Clone, Copy)]
 pub struct ActivationsArg {
     /// Activation quantisation: int16 (exact to f32 rounding) or int8 (half the integer work of
     /// prompts and batched decode, GGML-like rounding).
     #[arg(long = "activations", value_parser = ActModeParser, default_value_t = ActMode::default())]
     pub mode: ActMode,
+    /// What the KV cache holds: f32, or f16 (half its memory and of the bytes each decode
+    /// step reads, as llama.cpp stores it; adds to int8's error: see the README).
+    #[arg(long, value_enum, ignore_case = true, default_value = KvCacheDtype::default_name())]
+    pub kv_cache_dtype: KvCacheDtype,
+}
+
+impl ActivationsArg {
+    /// Sets both on `model` (before any runner is made for it).
+    pub fn apply(&self, model: &mut Model) {
+        model.activations = self.mode;
+        model.kv_cache_dtype = self.kv_cache_dtype.dtype();
+    }
 }
 
 /// Serde for an optional mode by name (the serve layers' `activations` key).

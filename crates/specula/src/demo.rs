@@ -162,6 +162,7 @@ impl DemoArgs {
             log_level: Some(LogLevel::Warning),
             threads: self.threads,
             activations: Some(self.activations.mode),
+            kv_cache_dtype: Some(self.activations.kv_cache_dtype),
             shutdown_timeout: Some(10),
             ..ServeArgs::default()
         };

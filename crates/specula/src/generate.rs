@@ -65,7 +65,7 @@ pub fn run(args: GenerateArgs) -> Result<(), Failure> {
     let path = crate::models::resolve(args.model.as_deref())?;
     let mut model =
         Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
-    model.activations = args.activations.mode;
+    args.activations.apply(&mut model);
     let tokenizer = Tokenizer::from_gguf(&model.file).context("cannot build the tokenizer")?;
     let prompt = prompt_tokens(&args, &model, &tokenizer)?;
     let context = model.config.context_length;
@@ -159,7 +159,7 @@ impl<'m> Sequence<'m> {
             .map_err(|e| anyhow!("KV cache: {e}"))?;
         let mut table = pool.new_table();
         table.append(prompt).map_err(|e| anyhow!("KV cache: {e}"))?;
-        let runner = Runner::new(&model.config, BLOCK_SIZE, blocks);
+        let runner = Runner::new(model, BLOCK_SIZE, blocks);
         Ok(Self {
             model,
             runner,

@@ -70,17 +70,19 @@ pub fn run(args: ModelBenchArgs) -> Result<(), Failure> {
     let path = crate::models::resolve(args.model.as_deref())?;
     let mut model =
         Model::load(&path).with_context(|| format!("cannot load {}", path.display()))?;
-    model.activations = args.activations.mode;
-    // The header says what was measured: the file, the threads, the kernels, the activations.
+    args.activations.apply(&mut model);
+    // The header says what was measured: the file, the threads, the kernels, the activations and
+    // the KV cache's dtype.
     println!(
-        "specula model bench: {} ({} threads, kernels: {:?}, activations: {})",
+        "specula model bench: {} ({} threads, kernels: {:?}, activations: {}, KV cache: {})",
         path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned()
         ),
         kernels::threads::count(),
         kernels::gemm::isa(),
-        model.activations
+        model.activations,
+        model.kv_cache_dtype
     );
     let roof = Roof::measure(&model);
     println!("  {}", roof.describe());
@@ -160,7 +162,7 @@ impl Roof {
 fn prompt_processing(model: &Model, args: &ModelBenchArgs, roof: &Roof) -> Result<(), Failure> {
     let prompt = tokens(args.pp, 1, model.config.vocab_size);
     let table: Vec<u32> = (0..blocks_for(args.pp) as u32).collect();
-    let mut runner = Runner::new(&model.config, BLOCK, table.len());
+    let mut runner = Runner::new(model, BLOCK, table.len());
     let secs = best_of(args.repeat, || {
         let t = Instant::now();
         let input = SeqInput {
@@ -188,7 +190,7 @@ fn prompt_processing(model: &Model, args: &ModelBenchArgs, roof: &Roof) -> Resul
 fn single_decode(model: &Model, args: &ModelBenchArgs, roof: &Roof) -> Result<(), Failure> {
     let decode_tokens = tokens(args.tg + 1, 2, model.config.vocab_size);
     let table: Vec<u32> = (0..blocks_for(args.tg + 1) as u32).collect();
-    let mut runner = Runner::new(&model.config, BLOCK, table.len());
+    let mut runner = Runner::new(model, BLOCK, table.len());
     let secs = best_of(args.repeat, || {
         let t = Instant::now();
         for pos in 0..args.tg {
@@ -229,7 +231,7 @@ fn batched_decode(
     let tables: Vec<Vec<u32>> = (0..n)
         .map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect())
         .collect();
-    let mut runner = Runner::new(&model.config, BLOCK, n * per_seq);
+    let mut runner = Runner::new(model, BLOCK, n * per_seq);
     let secs = best_of(args.repeat, || {
         for (s, t) in seqs.iter().zip(&tables) {
             let input = SeqInput {
@@ -277,28 +279,29 @@ fn batched_decode(
 /// promotion (host → device) of a block's keys and values over all layers.
 fn tier_copy_cost(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
     const BLOCKS: usize = 64;
-    let mut runner = Runner::new(&model.config, BLOCK, BLOCKS);
-    let floats = runner.block_floats();
-    let mut host = vec![0.0f32; BLOCKS * floats];
+    let mut runner = Runner::new(model, BLOCK, BLOCKS);
+    let bytes = runner.block_bytes();
+    let mut host = vec![0u8; BLOCKS * bytes];
     let save = best_of(args.repeat, || {
         let t = Instant::now();
-        for (b, slot) in host.chunks_exact_mut(floats).enumerate() {
+        for (b, slot) in host.chunks_exact_mut(bytes).enumerate() {
             runner.save_block(b as u32, slot)?;
         }
         Ok(t.elapsed().as_secs_f64() / BLOCKS as f64)
     })?;
     let load = best_of(args.repeat, || {
         let t = Instant::now();
-        for (b, slot) in host.chunks_exact(floats).enumerate() {
+        for (b, slot) in host.chunks_exact(bytes).enumerate() {
             runner.load_block(b as u32, slot)?;
         }
         Ok(t.elapsed().as_secs_f64() / BLOCKS as f64)
     })?;
     println!(
-        "  KV block    {:>8.1} µs demotion, {:.1} µs promotion ({} KB a block of {BLOCK} tokens)",
+        "  KV block    {:>8.1} µs demotion, {:.1} µs promotion ({} KB a block of {BLOCK} tokens, {})",
         save * 1e6,
         load * 1e6,
-        floats * 4 / 1000
+        bytes / 1000,
+        runner.kv_dtype()
     );
     Ok(())
 }
@@ -313,7 +316,7 @@ fn verify_costs(model: &Model, args: &ModelBenchArgs) -> Result<(), Failure> {
     let total = args.batch_prompt + STEPS * longest;
     let seq = tokens(total, 3, cfg.vocab_size);
     let table: Vec<u32> = (0..total.div_ceil(BLOCK) as u32).collect();
-    let mut runner = Runner::new(cfg, BLOCK, table.len());
+    let mut runner = Runner::new(model, BLOCK, table.len());
     let mut step_secs = |k: usize| -> anyhow::Result<f64> {
         let input = SeqInput {
             tokens: &seq[..args.batch_prompt],

@@ -1146,5 +1146,30 @@ async fn a_restarted_server_with_a_storage_dir_reuses_its_prefixes() {
         "an unreadable stored block must be recomputed"
     );
     drop(s);
+    // An f16 cache finds none of the f32 blocks (another store, another fingerprint), writes its
+    // own, and a restart reads them back to the same output.
+    let args = [&args[..], &["--kv-cache-dtype", "f16"]].concat();
+    let body = with_system(&long_system_prompt(200), "Go on.", 8);
+    let first = {
+        let mut s = Server::start(&args);
+        let info = get_json(&s, "/server_info").await;
+        assert_eq!(info["config"]["kv_cache_dtype"], "f16", "{info}");
+        let (status, r) = post(&s.url("/v1/chat/completions"), body.clone()).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(cached_tokens(&r), 0, "f32 blocks read into an f16 cache");
+        s.terminate();
+        assert!(s.wait(Duration::from_secs(60)).success());
+        r
+    };
+    let s = Server::start(&args);
+    let (status, again) = post(&s.url("/v1/chat/completions"), body).await;
+    assert_eq!(status, 200, "{again}");
+    let prompt = again["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(cached_tokens(&again) >= prompt - 16, "{again}");
+    assert_eq!(
+        again["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"],
+        "f16 KV read back from storage must give the same output"
+    );
+    drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -53,6 +53,7 @@ fn help_shows_every_default() {
         ("--schedule-policy", "fcfs"),
         ("--hicache-ratio", "2.0"),
         ("--activations", "int8"),
+        ("--kv-cache-dtype", "f32"),
     ] {
         let text = section(flag);
         assert!(
@@ -108,8 +109,9 @@ fn a_flag_wins_over_the_file_and_the_file_over_the_default() {
 
 #[test]
 fn a_bad_value_fails_naming_its_flag() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--activations", "fp8"], "--activations"),
+        (&["--kv-cache-dtype", "fp8_e5m2"], "--kv-cache-dtype"),
         (
             &["--max-running-requests", "lots"],
             "--max-running-requests",

@@ -112,7 +112,7 @@ pub fn check_vocabulary(draft: &GgufFile, target: &GgufFile) -> Result<(), Draft
 impl DraftModel {
     /// A drafter with a KV store of `n_blocks` blocks of `block_size` tokens (the target's).
     pub fn new(model: Model, block_size: usize, n_blocks: usize) -> Self {
-        let runner = Runner::new(&model.config, block_size, n_blocks);
+        let runner = Runner::new(&model, block_size, n_blocks);
         Self {
             model,
             runner,

@@ -10,9 +10,18 @@
 //! ancestors, wherever their slots are ([`Context`]): the scores, softmax and weighted sum run
 //! over those positions in the same order and lanes as they would if the ancestors sat in
 //! consecutive slots, so a tree node's result is bitwise that of decoding its path.
+//!
+//! The store holds f32 or f16 ([`KvDtype`]): f16 halves the bytes every decode step reads (what
+//! llama.cpp stores by default). A value is rounded to f16 once, when it is written; every read
+//! widens it exactly, and the arithmetic after that is the f32 store's, so both stores are
+//! batch-invariant alike.
 
+mod elem;
 #[cfg(target_arch = "x86_64")]
 mod vector;
+
+pub use elem::{KvDtype, KvElem, UnknownKvDtype, read_le, write_le};
+pub use half::f16;
 
 use crate::gemm::{Isa, isa};
 
@@ -122,9 +131,9 @@ impl<'a> Context<'a> {
 }
 
 /// Stores one token's keys and values (`n_kv_heads × head_dim` each) at `pos`.
-pub fn write_kv(
-    keys: &mut [f32],
-    values: &mut [f32],
+pub fn write_kv<E: KvElem>(
+    keys: &mut [E],
+    values: &mut [E],
     shape: KvShape,
     blocks: &[u32],
     pos: usize,
@@ -132,20 +141,22 @@ pub fn write_kv(
     v: &[f32],
 ) {
     let at = shape.value_index(blocks, pos, 0, 0);
-    values[at..at + shape.token_stride()].copy_from_slice(v);
+    for (o, &x) in values[at..at + shape.token_stride()].iter_mut().zip(v) {
+        *o = E::from_f32(x);
+    }
     let (base, slot) = shape.locate(blocks, pos);
     for (i, &x) in k.iter().enumerate() {
-        keys[base + i * shape.block_size + slot] = x;
+        keys[base + i * shape.block_size + slot] = E::from_f32(x);
     }
 }
 
 /// `out` (n_heads × head_dim) = softmax(q·Kᵀ · scale) · V over the positions of `ctx`, with
 /// grouped query heads (`n_heads / n_kv_heads` query heads share a KV head). `scores` is scratch.
 #[allow(clippy::too_many_arguments)]
-pub fn paged_attention(
+pub fn paged_attention<E: KvElem>(
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[E],
+    values: &[E],
     shape: KvShape,
     blocks: &[u32],
     ctx: Context<'_>,
@@ -169,11 +180,11 @@ pub fn paged_attention(
 
 /// [`paged_attention`] on the kernels of `isa` (which the CPU must have).
 #[allow(clippy::too_many_arguments)]
-fn paged_attention_on(
+fn paged_attention_on<E: KvElem>(
     isa: Isa,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[E],
+    values: &[E],
     shape: KvShape,
     blocks: &[u32],
     ctx: Context<'_>,
@@ -193,10 +204,10 @@ fn paged_attention_on(
 /// [`paged_attention`] for the query heads of KV head `kvh` alone (`q` and `out` hold that
 /// group's heads): a row's groups are independent, so they can run on different threads.
 #[allow(clippy::too_many_arguments)]
-pub fn paged_attention_group(
+pub fn paged_attention_group<E: KvElem>(
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[E],
+    values: &[E],
     shape: KvShape,
     blocks: &[u32],
     ctx: Context<'_>,
@@ -224,11 +235,11 @@ pub fn paged_attention_group(
 /// head sizes that are multiples of 16, AVX2 (with AVX-VNNI too) for multiples of 8, else the
 /// portable loops.
 #[allow(clippy::too_many_arguments)]
-fn group_on(
+fn group_on<E: KvElem>(
     isa: Isa,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[E],
+    values: &[E],
     shape: KvShape,
     blocks: &[u32],
     ctx: Context<'_>,
@@ -246,7 +257,8 @@ fn group_on(
     if isa == Isa::Avx512 && shape.head_dim.is_multiple_of(16) {
         assert!(isa.available(), "{isa:?} kernels on a CPU without them");
         let kv = vector::Kv::new(keys, values, shape, blocks, ctx, kvh);
-        // SAFETY: Avx512 means the CPU has AVX-512 F and FMA (Isa::available, asserted).
+        // SAFETY: Avx512 means the CPU has AVX-512 F, BW and VL, F16C and FMA
+        // (Isa::available, asserted).
         unsafe { vector::attention_avx512(&kv, q, scale, out, scores) };
         return;
     }
@@ -254,7 +266,8 @@ fn group_on(
     if isa >= Isa::Avx2 && shape.head_dim.is_multiple_of(8) {
         assert!(isa.available(), "{isa:?} kernels on a CPU without them");
         let kv = vector::Kv::new(keys, values, shape, blocks, ctx, kvh);
-        // SAFETY: Avx2 and above mean the CPU has AVX2 and FMA (Isa::available, asserted).
+        // SAFETY: Avx2 and above mean the CPU has AVX2, F16C and FMA (Isa::available,
+        // asserted).
         unsafe { vector::attention_avx2(&kv, q, scale, out, scores) };
         return;
     }
@@ -264,7 +277,7 @@ fn group_on(
     for (qh, oh) in q.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
         for (t, s) in scores.iter_mut().enumerate() {
             let dot = (0..d).fold(0.0f32, |acc, i| {
-                acc + qh[i] * keys[shape.key_index(blocks, ctx.slot(t), kvh, i)]
+                acc + qh[i] * keys[shape.key_index(blocks, ctx.slot(t), kvh, i)].to_f32()
             });
             *s = dot * scale;
         }
@@ -273,7 +286,7 @@ fn group_on(
         for (t, &p) in scores.iter().enumerate() {
             let at = shape.value_index(blocks, ctx.slot(t), kvh, 0);
             for (o, &v) in oh.iter_mut().zip(&values[at..at + d]) {
-                *o += p * v;
+                *o += p * v.to_f32();
             }
         }
     }
@@ -328,13 +341,19 @@ mod tests {
 
     fn check(shape: KvShape, n_heads: usize, n_ctx: usize, blocks: &[u32]) {
         for isa in paths() {
-            check_on(isa, shape, n_heads, n_ctx, blocks);
+            check_on::<f32>(isa, shape, n_heads, n_ctx, blocks);
+            check_on::<f16>(isa, shape, n_heads, n_ctx, blocks);
         }
+    }
+
+    /// `x` as a store of `E` keeps it.
+    fn stored<E: KvElem>(x: f32) -> f32 {
+        E::from_f32(x).to_f32()
     }
 
     /// Attention of `q` over `ctx` with `rows` (keys, values) written at slots 0.. of `blocks`
     /// in stores that hold NaN everywhere else: nothing outside the context may leak in.
-    fn stored_attention(
+    fn stored_attention<E: KvElem>(
         isa: Isa,
         shape: KvShape,
         blocks: &[u32],
@@ -344,7 +363,7 @@ mod tests {
         scale: f32,
     ) -> Vec<f32> {
         let n_blocks = *blocks.iter().max().unwrap() as usize + 1;
-        let mut keys = vec![f32::NAN; n_blocks * shape.block_stride()];
+        let mut keys = vec![E::from_f32(f32::NAN); n_blocks * shape.block_stride()];
         let mut values = keys.clone();
         for (slot, (k, v)) in rows.0.iter().zip(rows.1).enumerate() {
             write_kv(&mut keys, &mut values, shape, blocks, slot, k, v);
@@ -365,10 +384,11 @@ mod tests {
         out
     }
 
-    fn check_on(isa: Isa, shape: KvShape, n_heads: usize, n_ctx: usize, blocks: &[u32]) {
+    /// Attention from a store of `E` against the f64 reference over the values it stores.
+    fn check_on<E: KvElem>(isa: Isa, shape: KvShape, n_heads: usize, n_ctx: usize, blocks: &[u32]) {
         let d = shape.head_dim;
         let kvd = shape.token_stride();
-        let wave = |t: usize, i: usize, f: f32| ((t * 31 + i * 7) as f32 * f).sin();
+        let wave = |t: usize, i: usize, f: f32| stored::<E>(((t * 31 + i * 7) as f32 * f).sin());
         let k_rows: Vec<Vec<f32>> = (0..n_ctx)
             .map(|t| (0..kvd).map(|i| wave(t, i, 0.37)).collect())
             .collect();
@@ -378,69 +398,113 @@ mod tests {
         let q: Vec<f32> = (0..n_heads * d).map(|i| wave(99, i, 0.23)).collect();
         let scale = 1.0 / (d as f32).sqrt();
         let kv = (&k_rows[..], &v_rows[..]);
-        let out = stored_attention(isa, shape, blocks, kv, &q, Context::causal(n_ctx), scale);
+        let out = stored_attention::<E>(isa, shape, blocks, kv, &q, Context::causal(n_ctx), scale);
         let want = reference(&q, &k_rows, &v_rows, shape, scale);
         for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
             assert!(
                 (g as f64 - w).abs() < 2e-6,
-                "[{i}] {g} vs {w} ({isa:?}, n_ctx {n_ctx})"
+                "[{i}] {g} vs {w} ({isa:?}, {:?}, n_ctx {n_ctx})",
+                E::DTYPE
             );
         }
     }
 
     #[test]
     fn a_window_sees_exactly_its_last_positions() {
-        // Gemma 3's geometry (4 query heads over 1 KV head of 256) and a smaller one; windows
-        // that start inside a block, on a block boundary, before the first position, and a tree
-        // tail after a windowed direct part: bitwise the attention over just those positions
-        // written from slot 0.
+        // Gemma 3's geometry (4 query heads over 1 KV head of 256) and a smaller one.
         for (head_dim, n_heads) in [(256, 4), (64, 3)] {
-            let shape = KvShape {
-                block_size: 16,
-                n_kv_heads: 1,
-                head_dim,
-            };
-            let wave = |t: usize, i: usize, f: f32| ((t * 31 + i * 7) as f32 * f).sin();
-            let row = |t: usize, f: f32| (0..head_dim).map(|i| wave(t, i, f)).collect::<Vec<_>>();
-            let q: Vec<f32> = (0..n_heads * head_dim).map(|i| wave(99, i, 0.23)).collect();
             for isa in paths() {
-                for (n, window, tail) in [
-                    (70usize, 20usize, 0usize),
-                    (70, 22, 0),
-                    (64, 32, 0),
-                    (10, 20, 0),
-                    (50, 20, 3),
-                ] {
-                    let run = |positions: &[usize], ctx: Context<'_>, slots: usize| {
-                        let blocks: Vec<u32> = (0..slots.div_ceil(16) as u32).rev().collect();
-                        let keys: Vec<Vec<f32>> = positions.iter().map(|&t| row(t, 0.37)).collect();
-                        let values: Vec<Vec<f32>> =
-                            positions.iter().map(|&t| row(t, 0.11)).collect();
-                        stored_attention(isa, shape, &blocks, (&keys, &values), &q, ctx, 0.0625)
-                    };
-                    // The sequence: positions 0..n directly, then a tail of `tail` slots after
-                    // them (the tree's ancestors: positions n..n+tail).
-                    let all: Vec<usize> = (0..n + tail).collect();
-                    let tail_slots: Vec<usize> = (n..n + tail).collect();
-                    let pos = n + tail - 1;
-                    let ctx = Context {
-                        start: 0,
-                        direct: n,
-                        tail: &tail_slots,
-                    }
-                    .windowed(Some(window), pos);
-                    let got = run(&all, ctx, n + tail);
-                    let seen: Vec<usize> =
-                        ((pos + 1).saturating_sub(window).min(n)..n + tail).collect();
-                    assert_eq!(ctx.len(), seen.len());
-                    let want = run(&seen, Context::causal(seen.len()), seen.len());
-                    assert!(
-                        got.iter()
-                            .zip(&want)
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{isa:?}, head {head_dim}: {n} positions, window {window}, tail {tail}"
-                    );
-                }
+                window_on::<f32>(isa, head_dim, n_heads);
+                window_on::<f16>(isa, head_dim, n_heads);
+            }
+        }
+    }
+
+    /// Windows that start inside a block, on a block boundary, before the first position, and
+    /// a tree tail after a windowed direct part: bitwise the attention over just those positions
+    /// written from slot 0.
+    fn window_on<E: KvElem>(isa: Isa, head_dim: usize, n_heads: usize) {
+        let shape = KvShape {
+            block_size: 16,
+            n_kv_heads: 1,
+            head_dim,
+        };
+        let wave = |t: usize, i: usize, f: f32| ((t * 31 + i * 7) as f32 * f).sin();
+        let row = |t: usize, f: f32| (0..head_dim).map(|i| wave(t, i, f)).collect::<Vec<_>>();
+        let q: Vec<f32> = (0..n_heads * head_dim).map(|i| wave(99, i, 0.23)).collect();
+        for (n, window, tail) in [
+            (70usize, 20usize, 0usize),
+            (70, 22, 0),
+            (64, 32, 0),
+            (10, 20, 0),
+            (50, 20, 3),
+        ] {
+            let run = |positions: &[usize], ctx: Context<'_>, slots: usize| {
+                let blocks: Vec<u32> = (0..slots.div_ceil(16) as u32).rev().collect();
+                let keys: Vec<Vec<f32>> = positions.iter().map(|&t| row(t, 0.37)).collect();
+                let values: Vec<Vec<f32>> = positions.iter().map(|&t| row(t, 0.11)).collect();
+                stored_attention::<E>(isa, shape, &blocks, (&keys, &values), &q, ctx, 0.0625)
+            };
+            // The sequence: positions 0..n directly, then a tail of `tail` slots after them
+            // (the tree's ancestors: positions n..n+tail).
+            let all: Vec<usize> = (0..n + tail).collect();
+            let tail_slots: Vec<usize> = (n..n + tail).collect();
+            let pos = n + tail - 1;
+            let ctx = Context {
+                start: 0,
+                direct: n,
+                tail: &tail_slots,
+            }
+            .windowed(Some(window), pos);
+            let got = run(&all, ctx, n + tail);
+            let seen: Vec<usize> = ((pos + 1).saturating_sub(window).min(n)..n + tail).collect();
+            assert_eq!(ctx.len(), seen.len());
+            let want = run(&seen, Context::causal(seen.len()), seen.len());
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa:?}, {:?}, head {head_dim}: {n} positions, window {window}, tail {tail}",
+                E::DTYPE
+            );
+        }
+    }
+
+    #[test]
+    fn an_f16_store_reads_as_the_f32_store_of_its_values() {
+        // Keys and values rounded to f16 once: attention over the f16 store is bitwise the
+        // attention over an f32 store of the same values, on every path and partial block.
+        let shape = KvShape {
+            block_size: 16,
+            n_kv_heads: 3,
+            head_dim: 64,
+        };
+        let wave = |t: usize, i: usize, f: f32| ((t * 31 + i * 7) as f32 * f).sin();
+        let kvd = shape.token_stride();
+        let q: Vec<f32> = (0..9 * 64).map(|i| wave(99, i, 0.23)).collect();
+        for n_ctx in [1usize, 9, 16, 45] {
+            let rows = |f: f32| -> Vec<Vec<f32>> {
+                (0..n_ctx)
+                    .map(|t| {
+                        (0..kvd)
+                            .map(|i| stored::<f16>(wave(t, i, f) * 3.0))
+                            .collect()
+                    })
+                    .collect()
+            };
+            let (keys, values) = (rows(0.37), rows(0.11));
+            let blocks: Vec<u32> = (0..n_ctx.div_ceil(16) as u32).rev().collect();
+            for isa in paths() {
+                let ctx = Context::causal(n_ctx);
+                let half =
+                    stored_attention::<f16>(isa, shape, &blocks, (&keys, &values), &q, ctx, 0.125);
+                let full =
+                    stored_attention::<f32>(isa, shape, &blocks, (&keys, &values), &q, ctx, 0.125);
+                assert_eq!(
+                    half.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    full.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "{isa:?}, {n_ctx} positions"
+                );
             }
         }
     }
@@ -495,12 +559,13 @@ mod tests {
     fn tree_tail_is_bitwise_the_consecutive_context() {
         for isa in paths() {
             for block_size in [16, 24] {
-                tree_tail_on(isa, block_size);
+                tree_tail_on::<f32>(isa, block_size);
+                tree_tail_on::<f16>(isa, block_size);
             }
         }
     }
 
-    fn tree_tail_on(isa: Isa, block_size: usize) {
+    fn tree_tail_on<E: KvElem>(isa: Isa, block_size: usize) {
         let shape = KvShape {
             block_size,
             n_kv_heads: 3,
@@ -528,7 +593,7 @@ mod tests {
                     (0..kvd).map(|i| wave(t, i, 0.11)).collect(),
                 )
             };
-            let store = || vec![0.0f32; 8 * shape.block_stride()];
+            let store = || vec![E::default(); 8 * shape.block_stride()];
             // Consecutive: position t in slot t.
             let (mut ck, mut cv) = (store(), store());
             for t in 0..n {
@@ -547,7 +612,7 @@ mod tests {
                 let slot = if t < direct { t } else { slots[t - direct] };
                 write_kv(&mut tk, &mut tv, shape, &blocks, slot, &k, &v);
             }
-            let run = |k: &[f32], v: &[f32], ctx: Context<'_>| {
+            let run = |k: &[E], v: &[E], ctx: Context<'_>| {
                 let mut out = vec![0.0f32; q.len()];
                 paged_attention_on(
                     isa,
@@ -576,7 +641,8 @@ mod tests {
             assert_eq!(
                 got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                 want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                "{isa:?}, blocks of {block_size}: direct {direct}, tail {tail_at:?}"
+                "{isa:?}, {:?}, blocks of {block_size}: direct {direct}, tail {tail_at:?}",
+                E::DTYPE
             );
         }
     }

@@ -14,8 +14,11 @@
 //! loads where a mask is full) changes no element's arithmetic: each score is its own chain of
 //! multiply-adds over the dimensions in order, each output its own over the positions in order.
 
-use super::{Context, KvShape};
+use super::{Context, KvDtype, KvElem, KvShape};
 use crate::simd::{Avx2, Avx512, F32s};
+use half::f16;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
 
 /// Query heads computed together.
 const MAX_HEADS: usize = 4;
@@ -23,17 +26,18 @@ const MAX_HEADS: usize = 4;
 /// [`attention`] with AVX-512: 16 keys a register; up to 28 accumulators of values.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F and FMA; `head_dim` must be a multiple of 16; `kv` and `q`
-/// come from `paged_attention`'s checked arguments.
-#[target_feature(enable = "avx512f,fma")]
-pub(super) unsafe fn attention_avx512(
-    kv: &Kv<'_>,
+/// The CPU must support AVX-512 F, BW and VL, F16C and FMA; `head_dim` must be a multiple of 16;
+/// `kv` and `q` come from `paged_attention`'s checked arguments.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c,fma")]
+pub(super) unsafe fn attention_avx512<E: KvElem>(
+    kv: &Kv<'_, E>,
     q: &[f32],
     scale: f32,
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
-    // SAFETY: the caller's contract: the CPU has AVX-512 F and FMA.
+    // SAFETY: the caller's contract: the CPU has AVX-512 F and FMA (and BW, VL and F16C, which
+    // `HalfLoads` needs).
     let s = unsafe { Avx512::new() };
     attention(s, q, kv, scale, out, scores);
 }
@@ -42,27 +46,28 @@ pub(super) unsafe fn attention_avx512(
 /// registers), e.g. 2 registers of dimensions × 4 heads or 4 × 3.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA; `head_dim` must be a multiple of 8; `kv` and `q` come from
-/// `paged_attention`'s checked arguments.
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn attention_avx2(
-    kv: &Kv<'_>,
+/// The CPU must support AVX2, F16C and FMA; `head_dim` must be a multiple of 8; `kv` and `q`
+/// come from `paged_attention`'s checked arguments.
+#[target_feature(enable = "avx2,f16c,fma")]
+pub(super) unsafe fn attention_avx2<E: KvElem>(
+    kv: &Kv<'_, E>,
     q: &[f32],
     scale: f32,
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
-    // SAFETY: the caller's contract: the CPU has AVX2 and FMA.
+    // SAFETY: the caller's contract: the CPU has AVX2 and FMA (and F16C, which `HalfLoads`
+    // needs).
     let s = unsafe { Avx2::new() };
     attention(s, q, kv, scale, out, scores);
 }
 
 /// The heads of `q` (one KV head's group) over `kv`, into `out`; `scores` is scratch.
 #[inline(always)]
-fn attention<S: F32s>(
+fn attention<S: HalfLoads, E: KvElem>(
     s: S,
     q: &[f32],
-    kv: &Kv<'_>,
+    kv: &Kv<'_, E>,
     scale: f32,
     out: &mut [f32],
     scores: &mut Vec<f32>,
@@ -87,31 +92,31 @@ fn attention<S: F32s>(
         let take = (group - h).min(MAX_HEADS);
         let (q, out) = (&q[h * d..(h + take) * d], &mut out[h * d..(h + take) * d]);
         match take {
-            1 => heads::<S, 1>(s, q, kv, scale, out, scores),
-            2 => heads::<S, 2>(s, q, kv, scale, out, scores),
-            3 => heads::<S, 3>(s, q, kv, scale, out, scores),
-            _ => heads::<S, 4>(s, q, kv, scale, out, scores),
+            1 => heads::<S, E, 1>(s, q, kv, scale, out, scores),
+            2 => heads::<S, E, 2>(s, q, kv, scale, out, scores),
+            3 => heads::<S, E, 3>(s, q, kv, scale, out, scores),
+            _ => heads::<S, E, 4>(s, q, kv, scale, out, scores),
         }
         h += take;
     }
 }
 
 /// One KV head's keys and values over a sequence's context.
-pub(super) struct Kv<'a> {
-    keys: &'a [f32],
-    values: &'a [f32],
+pub(super) struct Kv<'a, E> {
+    keys: &'a [E],
+    values: &'a [E],
     shape: KvShape,
     blocks: &'a [u32],
     ctx: Context<'a>,
     kvh: usize,
 }
 
-impl<'a> Kv<'a> {
+impl<'a, E: KvElem> Kv<'a, E> {
     /// Checks what the kernels' unchecked reads rely on: the KV head exists and every block the
     /// context uses lies inside both stores.
     pub(super) fn new(
-        keys: &'a [f32],
-        values: &'a [f32],
+        keys: &'a [E],
+        values: &'a [E],
         shape: KvShape,
         blocks: &'a [u32],
         ctx: Context<'a>,
@@ -164,20 +169,20 @@ impl<'a> Kv<'a> {
 
 /// Attention for `G` query heads of one KV head: scores, softmax, weighted sum of values.
 #[inline(always)]
-fn heads<S: F32s, const G: usize>(
+fn heads<S: HalfLoads, E: KvElem, const G: usize>(
     s: S,
     q: &[f32],
-    kv: &Kv<'_>,
+    kv: &Kv<'_, E>,
     scale: f32,
     out: &mut [f32],
     scores: &mut [f32],
 ) {
     let n_ctx = kv.ctx.len();
     let (scores, chunk) = scores.split_at_mut(MAX_HEADS * n_ctx);
-    direct_scores::<S, G>(s, q, kv, scale, scores);
-    tail_scores::<S, G>(s, q, kv, scale, scores, chunk);
+    direct_scores::<S, E, G>(s, q, kv, scale, scores);
+    tail_scores::<S, E, G>(s, q, kv, scale, scores, chunk);
     let inv = softmax_rows::<S, G>(s, scores, n_ctx);
-    weighted_values::<S, G>(s, kv, scores, &inv, out);
+    weighted_values::<S, E, G>(s, kv, scores, &inv, out);
 }
 
 /// One KV block of a context's direct part (see [`Kv::blocks`]).
@@ -194,10 +199,10 @@ struct Block {
 /// Scores (× `scale`) of the context's direct part into the heads' score rows (`n_ctx` long
 /// each, in `scores`), two registers of keys at a time while a block has more than one left.
 #[inline(always)]
-fn direct_scores<S: F32s, const G: usize>(
+fn direct_scores<S: HalfLoads, E: KvElem, const G: usize>(
     s: S,
     q: &[f32],
-    kv: &Kv<'_>,
+    kv: &Kv<'_, E>,
     scale: f32,
     scores: &mut [f32],
 ) {
@@ -229,12 +234,12 @@ fn direct_scores<S: F32s, const G: usize>(
                 );
                 if used - c > l {
                     let m = [s.mask(used - c), s.mask(used - c - l)];
-                    let dots = dots::<S, G, 2>(s, q, d, keys, bs, m);
+                    let dots = dots::<S, E, G, 2>(s, q, d, keys, bs, m);
                     store_scores::<S, G, 2>(s, &dots, row, n_ctx, m, scale);
                     c += 2 * l;
                 } else {
                     let m = [s.mask(used - c)];
-                    let dots = dots::<S, G, 1>(s, q, d, keys, bs, m);
+                    let dots = dots::<S, E, G, 1>(s, q, d, keys, bs, m);
                     store_scores::<S, G, 1>(s, &dots, row, n_ctx, m, scale);
                     c += l;
                 }
@@ -247,10 +252,10 @@ fn direct_scores<S: F32s, const G: usize>(
 /// the direct part's, its keys gathered a register's worth of slots at a time into `chunk`
 /// (`[dim][lane]`, `LANES × d` long when there is a tail).
 #[inline(always)]
-fn tail_scores<S: F32s, const G: usize>(
+fn tail_scores<S: HalfLoads, E: KvElem, const G: usize>(
     s: S,
     q: &[f32],
-    kv: &Kv<'_>,
+    kv: &Kv<'_, E>,
     scale: f32,
     scores: &mut [f32],
     chunk: &mut [f32],
@@ -272,7 +277,7 @@ fn tail_scores<S: F32s, const G: usize>(
             unsafe {
                 let key = kv.keys.as_ptr().add(base + kv.kvh * d * bs + at);
                 for i in 0..d {
-                    *chunk.get_unchecked_mut(i * l + j) = *key.add(i * bs);
+                    *chunk.get_unchecked_mut(i * l + j) = (*key.add(i * bs)).to_f32();
                 }
             }
         }
@@ -280,7 +285,7 @@ fn tail_scores<S: F32s, const G: usize>(
         // SAFETY: `chunk` holds `LANES × d` floats (rows of LANES, masked past `lanes`);
         // positions `direct + c..` of the score rows lie within `n_ctx`, masked.
         unsafe {
-            let dots = dots::<S, G, 1>(s, q, d, chunk.as_ptr(), l, m);
+            let dots = dots::<S, f32, G, 1>(s, q, d, chunk.as_ptr(), l, m);
             let row = scores.as_mut_ptr().add(direct + c);
             store_scores::<S, G, 1>(s, &dots, row, n_ctx, m, scale);
         }
@@ -293,11 +298,11 @@ fn tail_scores<S: F32s, const G: usize>(
 /// # Safety
 /// Lanes `m[k]` of `keys + i × stride + k × LANES ..+ LANES` are readable for every `i < d`.
 #[inline(always)]
-unsafe fn dots<S: F32s, const G: usize, const K: usize>(
+unsafe fn dots<S: HalfLoads, E: KvElem, const G: usize, const K: usize>(
     s: S,
     q: &[f32],
     d: usize,
-    keys: *const f32,
+    keys: *const E,
     stride: usize,
     m: [S::M; K],
 ) -> [[S::V; K]; G] {
@@ -305,9 +310,9 @@ unsafe fn dots<S: F32s, const G: usize, const K: usize>(
     // SAFETY: the caller's contract, and `q` holds `G × d` (asserted).
     unsafe {
         if m.iter().all(|&m| s.is_full(m)) {
-            dots_loop::<S, G, K, true>(s, q, d, keys, stride, m)
+            dots_loop::<S, E, G, K, true>(s, q, d, keys, stride, m)
         } else {
-            dots_loop::<S, G, K, false>(s, q, d, keys, stride, m)
+            dots_loop::<S, E, G, K, false>(s, q, d, keys, stride, m)
         }
     }
 }
@@ -318,11 +323,11 @@ unsafe fn dots<S: F32s, const G: usize, const K: usize>(
 /// # Safety
 /// [`dots`]'s contract, and `q` holds `G × d`.
 #[inline(always)]
-unsafe fn dots_loop<S: F32s, const G: usize, const K: usize, const FULL: bool>(
+unsafe fn dots_loop<S: HalfLoads, E: KvElem, const G: usize, const K: usize, const FULL: bool>(
     s: S,
     q: &[f32],
     d: usize,
-    keys: *const f32,
+    keys: *const E,
     stride: usize,
     m: [S::M; K],
 ) -> [[S::V; K]; G] {
@@ -332,7 +337,13 @@ unsafe fn dots_loop<S: F32s, const G: usize, const K: usize, const FULL: bool>(
         for (j, k) in k.iter_mut().enumerate() {
             let p = keys.wrapping_add(i * stride + j * S::LANES);
             // SAFETY: the caller's contract.
-            *k = unsafe { if FULL { s.load_all(p) } else { s.load(m[j], p) } };
+            *k = unsafe {
+                if FULL {
+                    load_all(s, p)
+                } else {
+                    load(s, m[j], p)
+                }
+            };
         }
         for (h, acc) in acc.iter_mut().enumerate() {
             // SAFETY: `h × d + i < G × d`, inside `q` (the caller's contract).
@@ -403,9 +414,9 @@ fn softmax_rows<S: F32s, const G: usize>(s: S, scores: &mut [f32], n_ctx: usize)
 /// widest whose `G ×` accumulators leave four registers free (enough independent multiply-adds
 /// to hide their latency, none spilled), then narrower ones for what is left of `d`.
 #[inline(always)]
-fn weighted_values<S: F32s, const G: usize>(
+fn weighted_values<S: HalfLoads, E: KvElem, const G: usize>(
     s: S,
-    kv: &Kv<'_>,
+    kv: &Kv<'_, E>,
     scores: &[f32],
     inv: &[f32; G],
     out: &mut [f32],
@@ -417,15 +428,15 @@ fn weighted_values<S: F32s, const G: usize>(
     // SAFETY: asserted above.
     unsafe {
         if widest >= 8 {
-            dc = value_passes::<S, G, 8>(s, kv, scores, inv, out, dc);
+            dc = value_passes::<S, E, G, 8>(s, kv, scores, inv, out, dc);
         }
         if widest >= 4 {
-            dc = value_passes::<S, G, 4>(s, kv, scores, inv, out, dc);
+            dc = value_passes::<S, E, G, 4>(s, kv, scores, inv, out, dc);
         }
         if widest >= 2 {
-            dc = value_passes::<S, G, 2>(s, kv, scores, inv, out, dc);
+            dc = value_passes::<S, E, G, 2>(s, kv, scores, inv, out, dc);
         }
-        value_passes::<S, G, 1>(s, kv, scores, inv, out, dc);
+        value_passes::<S, E, G, 1>(s, kv, scores, inv, out, dc);
     }
 }
 
@@ -435,9 +446,9 @@ fn weighted_values<S: F32s, const G: usize>(
 /// # Safety
 /// `scores` holds the `G` rows of `n_ctx` and `out` is `G × d`.
 #[inline(always)]
-unsafe fn value_passes<S: F32s, const G: usize, const NV: usize>(
+unsafe fn value_passes<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>(
     s: S,
-    kv: &Kv<'_>,
+    kv: &Kv<'_, E>,
     scores: &[f32],
     inv: &[f32; G],
     out: &mut [f32],
@@ -445,7 +456,7 @@ unsafe fn value_passes<S: F32s, const G: usize, const NV: usize>(
 ) -> usize {
     while dc + NV * S::LANES <= kv.shape.head_dim {
         // SAFETY: `dc + NV × LANES ≤ d`; the rest is the caller's contract.
-        unsafe { value_pass::<S, G, NV>(s, kv, scores, inv, out, dc) };
+        unsafe { value_pass::<S, E, G, NV>(s, kv, scores, inv, out, dc) };
         dc += NV * S::LANES;
     }
     dc
@@ -456,9 +467,9 @@ unsafe fn value_passes<S: F32s, const G: usize, const NV: usize>(
 /// # Safety
 /// `dc + NV × LANES ≤ d`, `scores` holds the `G` rows of `n_ctx` and `out` is `G × d`.
 #[inline(always)]
-unsafe fn value_pass<S: F32s, const G: usize, const NV: usize>(
+unsafe fn value_pass<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>(
     s: S,
-    kv: &Kv<'_>,
+    kv: &Kv<'_, E>,
     scores: &[f32],
     inv: &[f32; G],
     out: &mut [f32],
@@ -476,13 +487,13 @@ unsafe fn value_pass<S: F32s, const G: usize, const NV: usize>(
         for b in kv.blocks() {
             for slot in b.first..b.end {
                 let v = values.add(b.base + slot * stride + kv.kvh * d + dc);
-                accumulate::<S, G, NV>(s, &mut acc, p.add(b.t0.wrapping_add(slot)), n_ctx, v);
+                accumulate::<S, E, G, NV>(s, &mut acc, p.add(b.t0.wrapping_add(slot)), n_ctx, v);
             }
         }
         for (i, &slot) in tail.iter().enumerate() {
             let (base, slot) = kv.locate(slot);
             let v = values.add(base + slot * stride + kv.kvh * d + dc);
-            accumulate::<S, G, NV>(s, &mut acc, p.add(direct + i), n_ctx, v);
+            accumulate::<S, E, G, NV>(s, &mut acc, p.add(direct + i), n_ctx, v);
         }
         for (h, acc) in acc.iter().enumerate() {
             for (j, &a) in acc.iter().enumerate() {
@@ -499,20 +510,105 @@ unsafe fn value_pass<S: F32s, const G: usize, const NV: usize>(
 /// # Safety
 /// `p + h × n_ctx` is readable for `h < G`, and `v ..+ NV × LANES` is readable.
 #[inline(always)]
-unsafe fn accumulate<S: F32s, const G: usize, const NV: usize>(
+unsafe fn accumulate<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>(
     s: S,
     acc: &mut [[S::V; NV]; G],
     p: *const f32,
     n_ctx: usize,
-    v: *const f32,
+    v: *const E,
 ) {
     for j in 0..NV {
         // SAFETY: the caller's contract.
-        let vj = unsafe { s.load_all(v.add(S::LANES * j)) };
+        let vj = unsafe { load_all(s, v.add(S::LANES * j)) };
         for (h, acc) in acc.iter_mut().enumerate() {
             // SAFETY: the caller's contract.
             let p = s.splat(unsafe { *p.add(h * n_ctx) });
             acc[j] = s.fmadd(p, vj, acc[j]);
+        }
+    }
+}
+
+/// Loads of f16 values widened to f32 lanes, on the instruction sets [`attention`] runs on.
+///
+/// # Safety
+/// As [`F32s`]: values exist only where the CPU has the instructions, here also F16C (and for
+/// AVX-512, BW and VL); the attention entry points enable them.
+unsafe trait HalfLoads: F32s {
+    /// Lanes `m` of the f16 values at `p..p + LANES`, widened, the others zero.
+    ///
+    /// # Safety
+    /// Lanes `m` of `p..p + LANES` are readable.
+    unsafe fn load_f16(self, m: Self::M, p: *const f16) -> Self::V;
+    /// # Safety
+    /// `p..p + LANES` is readable.
+    unsafe fn load_all_f16(self, p: *const f16) -> Self::V;
+}
+
+// SAFETY: `attention_avx512`, the only place an `Avx512` meets these methods, enables AVX-512
+// BW and VL and F16C as its contract requires.
+unsafe impl HalfLoads for Avx512 {
+    #[inline(always)]
+    unsafe fn load_f16(self, m: __mmask16, p: *const f16) -> __m512 {
+        // SAFETY: masked-off lanes are not read; the rest is the caller's contract.
+        unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_all_f16(self, p: *const f16) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+}
+
+// SAFETY: `attention_avx2`, the only place an `Avx2` meets these methods, enables F16C.
+unsafe impl HalfLoads for Avx2 {
+    #[inline(always)]
+    unsafe fn load_f16(self, m: Self::M, p: *const f16) -> __m256 {
+        if self.is_full(m) {
+            // SAFETY: the caller's contract.
+            return unsafe { self.load_all_f16(p) };
+        }
+        // No 16-bit masked load: the lanes in `m` (a prefix) through a zeroed buffer.
+        let mut buf = [f16::ZERO; 8];
+        for (i, b) in buf.iter_mut().enumerate().take(m.count()) {
+            // SAFETY: lane `i` is in `m`, readable by the caller's contract.
+            *b = unsafe { *p.add(i) };
+        }
+        // SAFETY: `buf` holds 8 values.
+        unsafe { self.load_all_f16(buf.as_ptr()) }
+    }
+    #[inline(always)]
+    unsafe fn load_all_f16(self, p: *const f16) -> __m256 {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+}
+
+/// Lanes `m` of the elements at `p..p + LANES` as f32, the others zero.
+///
+/// # Safety
+/// Lanes `m` of `p..p + LANES` are readable.
+#[inline(always)]
+unsafe fn load<S: HalfLoads, E: KvElem>(s: S, m: S::M, p: *const E) -> S::V {
+    // SAFETY: `E::DTYPE` names `E` (the trait is sealed to f32 and f16); the caller's contract.
+    unsafe {
+        match E::DTYPE {
+            KvDtype::F32 => s.load(m, p.cast()),
+            KvDtype::F16 => s.load_f16(m, p.cast()),
+        }
+    }
+}
+
+/// The elements at `p..p + LANES` as f32.
+///
+/// # Safety
+/// `p..p + LANES` is readable.
+#[inline(always)]
+unsafe fn load_all<S: HalfLoads, E: KvElem>(s: S, p: *const E) -> S::V {
+    // SAFETY: as for `load`.
+    unsafe {
+        match E::DTYPE {
+            KvDtype::F32 => s.load_all(p.cast()),
+            KvDtype::F16 => s.load_all_f16(p.cast()),
         }
     }
 }

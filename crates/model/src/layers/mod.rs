@@ -11,8 +11,9 @@ pub(crate) mod standard;
 use crate::SeqInput;
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
+use crate::kv_store::{KvLayer, KvSlices};
 use crate::weights::LayerWeights;
-use kernels::attention::{Context, KvShape, paged_attention_group, write_kv};
+use kernels::attention::{Context, KvElem, paged_attention_group, write_kv};
 use kernels::gemm::{Activations, gemm, gemm_many};
 use kernels::ops::{RopeFreqs, add_bias, gated_mul, rms_norm, rope_angles, rope_apply};
 use rayon::prelude::*;
@@ -155,13 +156,6 @@ impl Scratch {
     }
 }
 
-/// One layer's slice of the KV store.
-pub(crate) struct KvLayer<'a> {
-    pub keys: &'a mut [f32],
-    pub values: &'a mut [f32],
-    pub shape: KvShape,
-}
-
 /// `out = RMSNorm(x) · weight`, row by row.
 pub(crate) fn norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let width = weight.len();
@@ -269,11 +263,22 @@ pub(crate) fn rope_and_store(
     v: &[f32],
     kv: &mut KvLayer<'_>,
 ) {
-    let (qd, kvd) = (q.len() / batch.len(), kv.shape.token_stride());
-    for (r, row) in batch.rows.iter().enumerate() {
-        let (hd, mode, angles) = (cfg.head_dim, cfg.rope_mode, &angles[r]);
+    let (qd, kvd) = (q.len() / batch.len(), kv.shape().token_stride());
+    for (r, angles) in angles[..batch.len()].iter().enumerate() {
+        let (hd, mode) = (cfg.head_dim, cfg.rope_mode);
         rope_apply(&mut q[r * qd..(r + 1) * qd], hd, mode, angles);
         rope_apply(&mut k[r * kvd..(r + 1) * kvd], hd, mode, angles);
+    }
+    match kv {
+        KvLayer::F32(s) => store_rows(batch, k, v, s),
+        KvLayer::F16(s) => store_rows(batch, k, v, s),
+    }
+}
+
+/// Each row's keys and values (`k`, `v`: a row of `token_stride` each) into its KV slot.
+fn store_rows<E: KvElem>(batch: &BatchRows<'_>, k: &[f32], v: &[f32], kv: &mut KvSlices<'_, E>) {
+    let kvd = kv.shape.token_stride();
+    for (r, row) in batch.rows.iter().enumerate() {
         write_kv(
             kv.keys,
             kv.values,
@@ -294,6 +299,21 @@ pub(crate) fn attend(
     batch: &BatchRows<'_>,
     q: &[f32],
     kv: &KvLayer<'_>,
+    scale: f32,
+    window: Option<usize>,
+    out: &mut [f32],
+) {
+    match kv {
+        KvLayer::F32(s) => attend_in(batch, q, s, scale, window, out),
+        KvLayer::F16(s) => attend_in(batch, q, s, scale, window, out),
+    }
+}
+
+/// [`attend`] over a store of `E`.
+fn attend_in<E: KvElem>(
+    batch: &BatchRows<'_>,
+    q: &[f32],
+    kv: &KvSlices<'_, E>,
     scale: f32,
     window: Option<usize>,
     out: &mut [f32],

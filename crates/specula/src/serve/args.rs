@@ -2,7 +2,7 @@
 //! kebab-case), its type, its default (shown by `--help`) and its help text.
 
 use super::layers::opt_named;
-use crate::activations::{self, ActModeParser};
+use crate::activations::{self, ActModeParser, KvCacheDtype};
 use clap::{Args, ValueEnum};
 use model::ActMode;
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,11 @@ pub struct ServeArgs {
     #[arg(long, value_parser = ActModeParser, default_value = ActMode::default().name())]
     #[serde(with = "activations::opt_named")]
     pub activations: Option<ActMode>,
+    /// What the KV cache holds: f32, or f16 (half its memory and of the bytes each decode
+    /// step reads, as llama.cpp stores it; adds to int8's error: see the README).
+    #[arg(long, value_enum, ignore_case = true, default_value = KvCacheDtype::default_name())]
+    #[serde(with = "opt_named")]
+    pub kv_cache_dtype: Option<KvCacheDtype>,
     /// Seconds to finish in-flight requests after SIGTERM/SIGINT.
     #[arg(long, default_value = "30")]
     pub shutdown_timeout: Option<u64>,

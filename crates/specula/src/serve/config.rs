@@ -4,6 +4,7 @@
 use super::ServeArgs;
 use super::args::LogLevel;
 use super::layers::{self, named};
+use crate::activations::KvCacheDtype;
 use anyhow::{Context, anyhow, bail};
 use engine::SchedulePolicy;
 use model::ActMode;
@@ -45,6 +46,8 @@ pub struct ServeConfig {
     pub threads: Option<usize>,
     #[serde(with = "crate::activations::named")]
     pub activations: ActMode,
+    #[serde(with = "named")]
+    pub kv_cache_dtype: KvCacheDtype,
     pub shutdown_timeout: u64,
     pub disable_radix_cache: bool,
     #[serde(with = "named")]
@@ -359,6 +362,7 @@ mod tests {
             "log_level",
             "threads",
             "activations",
+            "kv_cache_dtype",
             "shutdown_timeout",
             "disable_radix_cache",
             "schedule_policy",
@@ -371,6 +375,7 @@ mod tests {
         assert_eq!(info["schedule_policy"], "fcfs");
         assert_eq!(info["log_level"], "info");
         assert_eq!(info["activations"], ActMode::default().name());
+        assert_eq!(info["kv_cache_dtype"], "f32");
     }
 
     #[test]

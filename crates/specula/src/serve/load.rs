@@ -27,11 +27,12 @@ fn fingerprint(path: &std::path::Path) -> anyhow::Result<String> {
 }
 
 /// The model, tokenizer and template, the draft model (both quantising activations as
-/// `--activations` says) and the engine started on them (the engine checks its own settings and
+/// `--activations` says, with KV caches as `--kv-cache-dtype` says) and the engine started on them (the engine checks its own settings and
 /// refuses bad ones with a message naming the flag).
 pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
     let mut model = Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
     model.activations = s.activations;
+    model.kv_cache_dtype = s.kv_cache_dtype.dtype();
     let tokenizer = Tokenizer::from_gguf(&model.file)
         .with_context(|| format!("{}: cannot build the tokenizer", path.display()))?;
     let template = match ChatTemplate::from_gguf(&model.file, &tokenizer) {
@@ -79,6 +80,7 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
             let mut draft = Model::load(&p)
                 .with_context(|| format!("cannot load the draft model {}", p.display()))?;
             draft.activations = s.activations;
+            draft.kv_cache_dtype = s.kv_cache_dtype.dtype();
             anyhow::Ok(draft)
         })
         .transpose()?;
