@@ -27,6 +27,7 @@
 # Usage:
 #     scripts/bench-runtime.sh
 #     FORMATS="Q4_0 Q4_K_M" MODES=int16 REPEAT=1 scripts/bench-runtime.sh
+#     FORMATS="Q4_0 Q4_K_M" MODES="int8 int8:f16" scripts/bench-runtime.sh
 #     ISA=avx2 FORMATS="Q4_0 Q4_K_M" scripts/bench-runtime.sh
 #     FORMATS="qwen2.5-coder-0.5b gemma3-270m" scripts/bench-runtime.sh
 #
@@ -34,8 +35,10 @@
 #     FORMATS   weight formats, space-separated llama-quantize presets (default: "Q4_1 Q4_0 Q4_K_M"),
 #               or models by name (`specula model list`: qwen2.5-coder-0.5b, gemma3-270m), which
 #               run as their files are
-#     MODES     specula's activation modes, space-separated (default: "int16 int8"); before
-#               `specula model bench` took --activations, only MODES=int16 runs (the flag is left out)
+#     MODES     specula's activation modes, space-separated (default: "int16 int8"), each with
+#               the KV cache's dtype after a colon where it is not the default f32 (int8:f16 is
+#               int8 with an f16 cache, as llama.cpp's); before `specula model bench` took
+#               --activations, only MODES=int16 runs (the flag is left out)
 #     THREADS   threads for both engines (default: 2)
 #     REPEAT    repetitions of each measurement: llama-bench -r, specula --repeat (default: 3)
 #     ISA       native (default), avx2 or avxvnni, above; avx2 and avxvnni build only llama-bench
@@ -130,7 +133,10 @@ for format in "${FORMATS[@]}"; do
         -npp 128 -ntg 32 -npl 1,8,32,64 2>/dev/null | grep -E "^\|" | tee "$RESULTS/$format.batched"
     for mode in "${MODES[@]}"; do
         act=()
-        [[ $act_flag == 1 ]] && act=(--activations "$mode")
+        # MODE or MODE:KV (the KV cache's dtype, e.g. int8:f16).
+        IFS=: read -r act_mode kv_dtype <<< "$mode"
+        [[ $act_flag == 1 ]] && act=(--activations "$act_mode")
+        [[ -n $kv_dtype ]] && act+=(--kv-cache-dtype "$kv_dtype")
         echo "== $format: specula model bench ${act[*]} (SPECULA_THREADS=$THREADS${SPECULA_KERNELS:+ SPECULA_KERNELS=$SPECULA_KERNELS})"
         SPECULA_THREADS="$THREADS" peak_rss "$RESULTS/$format.$mode.rss" "$specula" model bench \
             --model "$model" "${act[@]}" --pp 512 --tg 128 --batch 1,8,32,64 --batch-prompt 128 \
