@@ -1,6 +1,7 @@
 //! Vector helpers shared by the x86-64 kernels: `e^x` at 512 and 256 bits, and [`F32s`], the few
 //! f32 vector operations of the kernels written once for both widths (attention, SwiGLU), with
-//! its two instruction sets: [`Avx512`] (16 lanes) and [`Avx2`] (8 lanes).
+//! its two instruction sets: [`Avx512`] (16 lanes) and [`Avx2`] (8 lanes); [`WideLoads`] widens
+//! 16-bit floats (f16, bf16) into them.
 //!
 //! A kernel over [`F32s`] is generic code marked `#[inline(always)]`, instantiated inside one
 //! `#[target_feature]` function per instruction set: the methods (and the intrinsics in them)
@@ -388,6 +389,84 @@ unsafe impl F32s for Avx2 {
     fn exp(self, x: __m256) -> __m256 {
         // SAFETY: see above.
         unsafe { exp256(x) }
+    }
+}
+
+/// Loads of 16-bit floats widened exactly to f32 lanes: f16 (the KV cache's, F16 weights') and
+/// bf16 (BF16 weights'). The kernels that use them (attention, float-weight products) enable what
+/// these need besides their [`F32s`] set: F16C, and for AVX-512 also BW and VL.
+///
+/// # Safety
+/// As [`F32s`]: values exist only where the CPU has the instructions; callers of the methods are
+/// compiled with F16C (and AVX-512 BW and VL for [`Avx512`]).
+pub(crate) unsafe trait WideLoads: F32s {
+    /// Lanes `m` of the f16 values at `p..p + LANES`, widened, the others zero.
+    ///
+    /// # Safety
+    /// Lanes `m` of `p..p + LANES` are readable.
+    unsafe fn load_f16(self, m: Self::M, p: *const half::f16) -> Self::V;
+    /// # Safety
+    /// `p..p + LANES` is readable.
+    unsafe fn load_all_f16(self, p: *const half::f16) -> Self::V;
+    /// The bf16 values at `p..p + LANES` (their bits), widened.
+    ///
+    /// # Safety
+    /// `p..p + LANES` is readable.
+    unsafe fn load_all_bf16(self, p: *const u16) -> Self::V;
+}
+
+// SAFETY: the kernels that meet these methods with an `Avx512` enable AVX-512 BW and VL and F16C
+// as the trait's contract requires.
+unsafe impl WideLoads for Avx512 {
+    #[inline(always)]
+    unsafe fn load_f16(self, m: __mmask16, p: *const half::f16) -> __m512 {
+        // SAFETY: masked-off lanes are not read; the rest is the caller's contract.
+        unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_all_f16(self, p: *const half::f16) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_all_bf16(self, p: *const u16) -> __m512 {
+        // SAFETY: the caller's contract. A bf16 is the top half of the f32 it stands for.
+        unsafe {
+            let wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(wide))
+        }
+    }
+}
+
+// SAFETY: the kernels that meet these methods with an `Avx2` enable F16C.
+unsafe impl WideLoads for Avx2 {
+    #[inline(always)]
+    unsafe fn load_f16(self, m: Mask8, p: *const half::f16) -> __m256 {
+        if self.is_full(m) {
+            // SAFETY: the caller's contract.
+            return unsafe { self.load_all_f16(p) };
+        }
+        // No 16-bit masked load: the lanes in `m` (a prefix) through a zeroed buffer.
+        let mut buf = [half::f16::ZERO; 8];
+        for (i, b) in buf.iter_mut().enumerate().take(m.count()) {
+            // SAFETY: lane `i` is in `m`, readable by the caller's contract.
+            *b = unsafe { *p.add(i) };
+        }
+        // SAFETY: `buf` holds 8 values.
+        unsafe { self.load_all_f16(buf.as_ptr()) }
+    }
+    #[inline(always)]
+    unsafe fn load_all_f16(self, p: *const half::f16) -> __m256 {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load_all_bf16(self, p: *const u16) -> __m256 {
+        // SAFETY: the caller's contract. A bf16 is the top half of the f32 it stands for.
+        unsafe {
+            let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+        }
     }
 }
 

@@ -15,10 +15,7 @@
 //! multiply-adds over the dimensions in order, each output its own over the positions in order.
 
 use super::{Context, KvDtype, KvElem, KvShape};
-use crate::simd::{Avx2, Avx512, F32s};
-use half::f16;
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
+use crate::simd::{Avx2, Avx512, F32s, WideLoads};
 
 /// Query heads computed together.
 const MAX_HEADS: usize = 4;
@@ -37,7 +34,7 @@ pub(super) unsafe fn attention_avx512<E: KvElem>(
     scores: &mut Vec<f32>,
 ) {
     // SAFETY: the caller's contract: the CPU has AVX-512 F and FMA (and BW, VL and F16C, which
-    // `HalfLoads` needs).
+    // `WideLoads` needs).
     let s = unsafe { Avx512::new() };
     attention(s, q, kv, scale, out, scores);
 }
@@ -56,7 +53,7 @@ pub(super) unsafe fn attention_avx2<E: KvElem>(
     out: &mut [f32],
     scores: &mut Vec<f32>,
 ) {
-    // SAFETY: the caller's contract: the CPU has AVX2 and FMA (and F16C, which `HalfLoads`
+    // SAFETY: the caller's contract: the CPU has AVX2 and FMA (and F16C, which `WideLoads`
     // needs).
     let s = unsafe { Avx2::new() };
     attention(s, q, kv, scale, out, scores);
@@ -64,7 +61,7 @@ pub(super) unsafe fn attention_avx2<E: KvElem>(
 
 /// The heads of `q` (one KV head's group) over `kv`, into `out`; `scores` is scratch.
 #[inline(always)]
-fn attention<S: HalfLoads, E: KvElem>(
+fn attention<S: WideLoads, E: KvElem>(
     s: S,
     q: &[f32],
     kv: &Kv<'_, E>,
@@ -169,7 +166,7 @@ impl<'a, E: KvElem> Kv<'a, E> {
 
 /// Attention for `G` query heads of one KV head: scores, softmax, weighted sum of values.
 #[inline(always)]
-fn heads<S: HalfLoads, E: KvElem, const G: usize>(
+fn heads<S: WideLoads, E: KvElem, const G: usize>(
     s: S,
     q: &[f32],
     kv: &Kv<'_, E>,
@@ -199,7 +196,7 @@ struct Block {
 /// Scores (× `scale`) of the context's direct part into the heads' score rows (`n_ctx` long
 /// each, in `scores`), two registers of keys at a time while a block has more than one left.
 #[inline(always)]
-fn direct_scores<S: HalfLoads, E: KvElem, const G: usize>(
+fn direct_scores<S: WideLoads, E: KvElem, const G: usize>(
     s: S,
     q: &[f32],
     kv: &Kv<'_, E>,
@@ -252,7 +249,7 @@ fn direct_scores<S: HalfLoads, E: KvElem, const G: usize>(
 /// the direct part's, its keys gathered a register's worth of slots at a time into `chunk`
 /// (`[dim][lane]`, `LANES × d` long when there is a tail).
 #[inline(always)]
-fn tail_scores<S: HalfLoads, E: KvElem, const G: usize>(
+fn tail_scores<S: WideLoads, E: KvElem, const G: usize>(
     s: S,
     q: &[f32],
     kv: &Kv<'_, E>,
@@ -298,7 +295,7 @@ fn tail_scores<S: HalfLoads, E: KvElem, const G: usize>(
 /// # Safety
 /// Lanes `m[k]` of `keys + i × stride + k × LANES ..+ LANES` are readable for every `i < d`.
 #[inline(always)]
-unsafe fn dots<S: HalfLoads, E: KvElem, const G: usize, const K: usize>(
+unsafe fn dots<S: WideLoads, E: KvElem, const G: usize, const K: usize>(
     s: S,
     q: &[f32],
     d: usize,
@@ -323,7 +320,7 @@ unsafe fn dots<S: HalfLoads, E: KvElem, const G: usize, const K: usize>(
 /// # Safety
 /// [`dots`]'s contract, and `q` holds `G × d`.
 #[inline(always)]
-unsafe fn dots_loop<S: HalfLoads, E: KvElem, const G: usize, const K: usize, const FULL: bool>(
+unsafe fn dots_loop<S: WideLoads, E: KvElem, const G: usize, const K: usize, const FULL: bool>(
     s: S,
     q: &[f32],
     d: usize,
@@ -414,7 +411,7 @@ fn softmax_rows<S: F32s, const G: usize>(s: S, scores: &mut [f32], n_ctx: usize)
 /// widest whose `G ×` accumulators leave four registers free (enough independent multiply-adds
 /// to hide their latency, none spilled), then narrower ones for what is left of `d`.
 #[inline(always)]
-fn weighted_values<S: HalfLoads, E: KvElem, const G: usize>(
+fn weighted_values<S: WideLoads, E: KvElem, const G: usize>(
     s: S,
     kv: &Kv<'_, E>,
     scores: &[f32],
@@ -446,7 +443,7 @@ fn weighted_values<S: HalfLoads, E: KvElem, const G: usize>(
 /// # Safety
 /// `scores` holds the `G` rows of `n_ctx` and `out` is `G × d`.
 #[inline(always)]
-unsafe fn value_passes<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>(
+unsafe fn value_passes<S: WideLoads, E: KvElem, const G: usize, const NV: usize>(
     s: S,
     kv: &Kv<'_, E>,
     scores: &[f32],
@@ -467,7 +464,7 @@ unsafe fn value_passes<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>
 /// # Safety
 /// `dc + NV × LANES ≤ d`, `scores` holds the `G` rows of `n_ctx` and `out` is `G × d`.
 #[inline(always)]
-unsafe fn value_pass<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>(
+unsafe fn value_pass<S: WideLoads, E: KvElem, const G: usize, const NV: usize>(
     s: S,
     kv: &Kv<'_, E>,
     scores: &[f32],
@@ -510,7 +507,7 @@ unsafe fn value_pass<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>(
 /// # Safety
 /// `p + h × n_ctx` is readable for `h < G`, and `v ..+ NV × LANES` is readable.
 #[inline(always)]
-unsafe fn accumulate<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>(
+unsafe fn accumulate<S: WideLoads, E: KvElem, const G: usize, const NV: usize>(
     s: S,
     acc: &mut [[S::V; NV]; G],
     p: *const f32,
@@ -528,67 +525,12 @@ unsafe fn accumulate<S: HalfLoads, E: KvElem, const G: usize, const NV: usize>(
     }
 }
 
-/// Loads of f16 values widened to f32 lanes, on the instruction sets [`attention`] runs on.
-///
-/// # Safety
-/// As [`F32s`]: values exist only where the CPU has the instructions, here also F16C (and for
-/// AVX-512, BW and VL); the attention entry points enable them.
-unsafe trait HalfLoads: F32s {
-    /// Lanes `m` of the f16 values at `p..p + LANES`, widened, the others zero.
-    ///
-    /// # Safety
-    /// Lanes `m` of `p..p + LANES` are readable.
-    unsafe fn load_f16(self, m: Self::M, p: *const f16) -> Self::V;
-    /// # Safety
-    /// `p..p + LANES` is readable.
-    unsafe fn load_all_f16(self, p: *const f16) -> Self::V;
-}
-
-// SAFETY: `attention_avx512`, the only place an `Avx512` meets these methods, enables AVX-512
-// BW and VL and F16C as its contract requires.
-unsafe impl HalfLoads for Avx512 {
-    #[inline(always)]
-    unsafe fn load_f16(self, m: __mmask16, p: *const f16) -> __m512 {
-        // SAFETY: masked-off lanes are not read; the rest is the caller's contract.
-        unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.cast())) }
-    }
-    #[inline(always)]
-    unsafe fn load_all_f16(self, p: *const f16) -> __m512 {
-        // SAFETY: the caller's contract.
-        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
-    }
-}
-
-// SAFETY: `attention_avx2`, the only place an `Avx2` meets these methods, enables F16C.
-unsafe impl HalfLoads for Avx2 {
-    #[inline(always)]
-    unsafe fn load_f16(self, m: Self::M, p: *const f16) -> __m256 {
-        if self.is_full(m) {
-            // SAFETY: the caller's contract.
-            return unsafe { self.load_all_f16(p) };
-        }
-        // No 16-bit masked load: the lanes in `m` (a prefix) through a zeroed buffer.
-        let mut buf = [f16::ZERO; 8];
-        for (i, b) in buf.iter_mut().enumerate().take(m.count()) {
-            // SAFETY: lane `i` is in `m`, readable by the caller's contract.
-            *b = unsafe { *p.add(i) };
-        }
-        // SAFETY: `buf` holds 8 values.
-        unsafe { self.load_all_f16(buf.as_ptr()) }
-    }
-    #[inline(always)]
-    unsafe fn load_all_f16(self, p: *const f16) -> __m256 {
-        // SAFETY: the caller's contract.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
-    }
-}
-
 /// Lanes `m` of the elements at `p..p + LANES` as f32, the others zero.
 ///
 /// # Safety
 /// Lanes `m` of `p..p + LANES` are readable.
 #[inline(always)]
-unsafe fn load<S: HalfLoads, E: KvElem>(s: S, m: S::M, p: *const E) -> S::V {
+unsafe fn load<S: WideLoads, E: KvElem>(s: S, m: S::M, p: *const E) -> S::V {
     // SAFETY: `E::DTYPE` names `E` (the trait is sealed to f32 and f16); the caller's contract.
     unsafe {
         match E::DTYPE {
@@ -603,7 +545,7 @@ unsafe fn load<S: HalfLoads, E: KvElem>(s: S, m: S::M, p: *const E) -> S::V {
 /// # Safety
 /// `p..p + LANES` is readable.
 #[inline(always)]
-unsafe fn load_all<S: HalfLoads, E: KvElem>(s: S, p: *const E) -> S::V {
+unsafe fn load_all<S: WideLoads, E: KvElem>(s: S, p: *const E) -> S::V {
     // SAFETY: as for `load`.
     unsafe {
         match E::DTYPE {

@@ -28,6 +28,18 @@ pub(super) fn gemm(isa: Isa, w: &QMatrix<'_>, x: &Activations, out: &OutPtr, row
         };
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if super::float::multiplies(w.dtype) && isa >= Isa::Avx2 {
+        // SAFETY: as above for the ISAs; `multiplies` admits the type; the activations keep
+        // their f32 rows wherever a product is not packed (`Activations::skip_f32`).
+        unsafe {
+            match isa {
+                Isa::Avx512 => super::float::gemm_avx512(w, x, out, rows),
+                _ => super::float::gemm_avx2(w, x, out, rows),
+            }
+        }
+        return;
+    }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = isa;
     if !integer_product(w.dtype) {

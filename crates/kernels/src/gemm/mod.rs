@@ -6,6 +6,8 @@
 //! what it is batched with.
 
 mod driver;
+#[cfg(target_arch = "x86_64")]
+mod float;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod packed_avx2;
@@ -258,6 +260,8 @@ pub enum ProductPath {
     /// Repacked at load into 16-row panels, integer SIMD over them (`vpdpbusd` with AVX-512
     /// VNNI, `vpmaddubsw` with AVX2).
     Packed,
+    /// Float weights (F16, BF16, F32) in the file's rows, f32 SIMD multiply-adds.
+    FloatRows,
     /// Scalar integer row dots from the GGUF blocks.
     ScalarRowDots,
     /// Each weight row dequantised to f32, then f32 dots (the slow path).
@@ -268,6 +272,7 @@ impl std::fmt::Display for ProductPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Packed => "repacked into 16-row panels (integer SIMD)",
+            Self::FloatRows => "float rows as stored, f32 SIMD multiply-adds",
             Self::ScalarRowDots => "scalar integer row dots from GGUF blocks",
             Self::Dequantised => "dequantised to f32 row by row (slow)",
         })
@@ -279,6 +284,10 @@ impl std::fmt::Display for ProductPath {
 pub fn product_path(dtype: GgmlType, isa: Isa) -> ProductPath {
     if packs(dtype, isa) {
         return ProductPath::Packed;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if float::multiplies(dtype) && isa >= Isa::Avx2 {
+        return ProductPath::FloatRows;
     }
     if !driver::integer_product(dtype) {
         return ProductPath::Dequantised;
@@ -498,6 +507,80 @@ pub(crate) mod tests {
         }
     }
 
+    /// Float weights (F16, BF16, F32) on every path: against the exact product of their values
+    /// (the rounding of f32 sums), and bitwise the same for a row alone, in any batch, and split
+    /// over weight rows as threads split it.
+    #[test]
+    fn float_weights_multiply_exactly_and_batch_invariantly() {
+        let paths: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|i| i.available())
+            .collect();
+        let values = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 2_654_435_761) % 2003) as f32 / 1001.0 - 1.0)
+                .collect()
+        };
+        for (rows, cols) in [(37usize, 768usize), (5, 96)] {
+            let v = values(rows * cols);
+            for dtype in [GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
+                let bytes: Vec<u8> = match dtype {
+                    GgmlType::F16 => v
+                        .iter()
+                        .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+                        .collect(),
+                    GgmlType::BF16 => v
+                        .iter()
+                        .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                        .collect(),
+                    _ => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+                };
+                let w = QMatrix::new(dtype, rows, cols, &bytes).unwrap();
+                let mut wf = vec![0.0f32; rows * cols];
+                dequantize(dtype, &bytes, &mut wf).unwrap();
+                let x = acts(13, cols);
+                for isa in &paths {
+                    let mut all = Activations::default();
+                    all.set(&x, 13, cols);
+                    let got = gemm_with(*isa, &w, &all);
+                    for (i, &g) in got.iter().enumerate() {
+                        let (m, n) = (i / rows, i % rows);
+                        let (wr, xr) =
+                            (&wf[n * cols..(n + 1) * cols], &x[m * cols..(m + 1) * cols]);
+                        let exact: f64 =
+                            wr.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum();
+                        let scale: f64 =
+                            wr.iter().zip(xr).map(|(&a, &b)| (a * b).abs() as f64).sum();
+                        assert!(
+                            (g as f64 - exact).abs() <= 1e-6 * scale,
+                            "{dtype} {isa:?} [{m}, {n}]: {g} vs {exact}"
+                        );
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    for (m, batch) in [(0usize, 1usize), (6, 1), (3, 7), (5, 8)] {
+                        let mut some = Activations::default();
+                        some.set(&x[m * cols..(m + batch) * cols], batch, cols);
+                        let part = gemm_with(*isa, &w, &some);
+                        assert_eq!(
+                            bits(&part),
+                            bits(&got[m * rows..(m + batch) * rows]),
+                            "{dtype} {isa:?}: rows {m}..{} alone",
+                            m + batch
+                        );
+                    }
+                    // Weight rows 0..16 and 16.. computed apart, as two threads would.
+                    if rows > 16 {
+                        let mut split = vec![0.0; 13 * rows];
+                        let ptr = OutPtr::new(&mut split);
+                        driver::gemm(*isa, &w, &all, &ptr, 0..16);
+                        driver::gemm(*isa, &w, &all, &ptr, 16..rows);
+                        assert_eq!(bits(&split), bits(&got), "{dtype} {isa:?}: split rows");
+                    }
+                }
+            }
+        }
+    }
+
     fn gemm_with(isa: Isa, w: &QMatrix<'_>, x: &Activations) -> Vec<f32> {
         let mut out = vec![0.0; x.m * w.rows];
         let ptr = OutPtr::new(&mut out);
@@ -521,9 +604,13 @@ pub(crate) mod tests {
         assert_eq!(product_path(GgmlType::Q5_1, Isa::Portable), ScalarRowDots);
         assert_eq!(product_path(GgmlType::Q4_1, Isa::Avx512), Packed);
         assert_eq!(product_path(GgmlType::Q8_0, Isa::Portable), ScalarRowDots);
-        assert_eq!(product_path(GgmlType::F16, Isa::Avx512), Dequantised);
+        assert_eq!(product_path(GgmlType::F16, Isa::Portable), Dequantised);
         #[cfg(target_arch = "x86_64")]
         {
+            for t in [GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
+                assert_eq!(product_path(t, Isa::Avx2), FloatRows, "{t}");
+                assert_eq!(product_path(t, Isa::Avx512), FloatRows, "{t}");
+            }
             assert_eq!(product_path(GgmlType::Q4_K, Isa::Avx2), Packed);
             assert_eq!(product_path(GgmlType::Q4_0, Isa::Avx2), Packed);
             assert_eq!(product_path(GgmlType::Q8_0, Isa::Avx2), Packed);
