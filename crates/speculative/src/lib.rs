@@ -16,6 +16,7 @@
 pub mod adaptive;
 pub mod draft_model;
 pub mod drafter;
+pub mod eagle3;
 pub mod ngram;
 pub mod policy;
 pub mod speculator;
