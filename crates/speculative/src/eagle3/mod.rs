@@ -1,11 +1,14 @@
 //! EAGLE-3 draft heads: one decoder layer that reads three of the target's hidden states (fused
 //! by `fc`) beside the token's embedding and proposes tokens over a reduced vocabulary. This
 //! module loads a head in SGLang's checkpoint layout (a folder with `config.json` and
-//! safetensors: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`), checked against its target.
+//! safetensors: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`), checked against its target, and
+//! runs its forward pass row by row (`forward.rs`).
 
 mod config;
+mod forward;
 
 pub use config::{Eagle3Config, TargetShape};
+pub use forward::{HeadCache, HeadOutput};
 
 use safetensors::{Dtype, SafeTensors};
 use std::path::Path;
