@@ -4,8 +4,9 @@
 //!
 //! A file holds a header (magic, the model's fingerprint, the block's whole token path) and the
 //! block's keys and values as the runner saves them (its KV store's dtype, little-endian; the
-//! fingerprint names the dtype). Files of another model, dtype or layout are ignored, never read into the cache. Files are written to a temporary name and
-//! renamed, so a crash leaves no half-written block under a real name.
+//! fingerprint names the dtype). Files of another model, dtype or layout are ignored, never read
+//! into the cache. Files are written to a temporary name and renamed, so a crash leaves no
+//! half-written block under a real name.
 
 use std::fs;
 use std::io::{self, Read, Write};

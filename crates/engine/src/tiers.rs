@@ -1,5 +1,6 @@
 //! The prefix cache's host and storage tiers as data: the host tier's bytes (blocks as the
-//! runner saves them, in its KV store's dtype) and the storage tier's files, and the copies between them and the device KV that planning asks for.
+//! runner saves them, in its KV store's dtype) and the storage tier's files, and the copies
+//! between them and the device KV that planning asks for.
 
 use crate::kv_files::KvFiles;
 use crate::step_loop::Engine;

@@ -5,8 +5,8 @@
 //! An output element (weight row `n`, activation row `m`) is one vector of partial sums over the
 //! columns in order (lane `l` holds columns `l, l + LANES, …`), reduced across lanes in a fixed
 //! order at the end. Tiles of up to 4 weight rows × 4 activation rows (2 on AVX2, whose 16
-//! registers hold fewer accumulators), or 8 weight rows × 1, share their loads; a tile's shape changes no element's
-//! arithmetic, so the product is batch-invariant on each path.
+//! registers hold fewer accumulators), or 8 weight rows × 1, share their loads; a tile's shape
+//! changes no element's arithmetic, so the product is batch-invariant on each path.
 
 use super::{Activations, OutPtr, QMatrix};
 use crate::quant::GgmlType;

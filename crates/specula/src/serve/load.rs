@@ -27,8 +27,8 @@ fn fingerprint(path: &std::path::Path) -> anyhow::Result<String> {
 }
 
 /// The model, tokenizer and template, the draft model (both quantising activations as
-/// `--activations` says, with KV caches as `--kv-cache-dtype` says) and the engine started on them (the engine checks its own settings and
-/// refuses bad ones with a message naming the flag).
+/// `--activations` says, with KV caches as `--kv-cache-dtype` says) and the engine started on
+/// them (the engine checks its own settings and refuses bad ones with a message naming the flag).
 pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Loaded> {
     let mut model = Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
     model.activations = s.activations;

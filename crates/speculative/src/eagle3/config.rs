@@ -94,7 +94,8 @@ impl Eagle3Config {
         }
         if self.target_hidden != target.hidden || self.vocab != target.vocab {
             return Err(Eagle3Error::WrongTarget(format!(
-                "the head reads states of width {} over a vocabulary of {}, the target has {} and {}",
+                "the head reads states of width {} over a vocabulary of {}, \
+                 the target has {} and {}",
                 self.target_hidden, self.vocab, target.hidden, target.vocab
             )));
         }
@@ -159,7 +160,8 @@ fn capture_layers(v: &Value, n_layers: usize) -> Result<[usize; 3], Eagle3Error>
                     .filter(|&l| l < n_layers)
                     .ok_or_else(|| {
                         Eagle3Error::WrongTarget(format!(
-                            "eagle_aux_hidden_state_layer_ids {x} is not a layer of a {n_layers}-layer target"
+                            "eagle_aux_hidden_state_layer_ids {x} is not a layer \
+                             of a {n_layers}-layer target"
                         ))
                     })?;
             }

@@ -3,8 +3,13 @@
 //! is the feature, then the final norm and the reduced-vocabulary output layer. The feature is
 //! `fc` over the three captured target states on a row from the target, or the head's own
 //! previous pre-norm output on a row it drafts from itself; that output is returned to carry on.
+//! The norms, RoPE (Hugging Face's pairing: dimension `i` with `i + d/2`), softmax and gating are
+//! the runtime's own (`kernels::ops`).
 
 use super::{Eagle3Head, Matrix};
+use kernels::ops::{
+    Gate, RopeFreqs, RopeMode, dot, gated_mul, rms_norm, rope_angles, rope_apply, softmax,
+};
 
 /// The head's keys and values of one sequence, position after position.
 #[derive(Debug, Clone, Default)]
@@ -45,7 +50,8 @@ impl Eagle3Head {
     }
 
     /// Runs one row at position `cache.len()`: the token's `embedding` (`hidden` values) and
-    /// its `feature` (`3 × target_hidden` captured states, or `hidden` from [`HeadOutput::carry`]).
+    /// its `feature` (`3 × target_hidden` captured states, or `hidden` values from
+    /// [`HeadOutput::carry`]).
     pub fn step(&self, cache: &mut HeadCache, embedding: &[f32], feature: &[f32]) -> HeadOutput {
         let c = &self.config;
         let h = c.hidden;
@@ -60,20 +66,27 @@ impl Eagle3Head {
             );
             matvec(&self.fc, feature)
         };
-        let normed_g = rms_norm(&g, &self.hidden_norm, c.rms_eps);
+        let normed_g = rms(&g, &self.hidden_norm, c.rms_eps);
         let residual = if c.norm_before_residual {
             normed_g.clone()
         } else {
             g
         };
-        let mut a = rms_norm(embedding, &self.input_norm, c.rms_eps);
+        let mut a = rms(embedding, &self.input_norm, c.rms_eps);
         a.extend_from_slice(&normed_g);
-        let pos = cache.len(self);
         let mut q = matvec(&self.wq, &a);
         let mut k = matvec(&self.wk, &a);
         let v = matvec(&self.wv, &a);
-        rope_neox(&mut q, c.head_dim, pos, c.rope_theta);
-        rope_neox(&mut k, c.head_dim, pos, c.rope_theta);
+        let freqs = RopeFreqs {
+            rot_dims: c.head_dim,
+            base: c.rope_theta,
+            freq_scale: 1.0,
+            divisors: None,
+        };
+        let mut angles = Vec::new();
+        rope_angles(cache.len(self), &freqs, &mut angles);
+        rope_apply(&mut q, c.head_dim, RopeMode::Neox, &angles);
+        rope_apply(&mut k, c.head_dim, RopeMode::Neox, &angles);
         cache.keys.extend_from_slice(&k);
         cache.values.extend_from_slice(&v);
         let attn = self.attend(cache, &q);
@@ -82,19 +95,15 @@ impl Eagle3Head {
             .zip(&residual)
             .map(|(o, r)| o + r)
             .collect();
-        let n = rms_norm(&h1, &self.post_attention_norm, c.rms_eps);
-        let (gate, up) = (matvec(&self.gate, &n), matvec(&self.up, &n));
-        let act: Vec<f32> = gate
-            .iter()
-            .zip(&up)
-            .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
-            .collect();
-        let carry: Vec<f32> = matvec(&self.down, &act)
+        let n = rms(&h1, &self.post_attention_norm, c.rms_eps);
+        let mut gate = matvec(&self.gate, &n);
+        gated_mul(Gate::Silu, &mut gate, &matvec(&self.up, &n));
+        let carry: Vec<f32> = matvec(&self.down, &gate)
             .iter()
             .zip(&h1)
             .map(|(m, r)| m + r)
             .collect();
-        let logits = matvec(&self.lm_head, &rms_norm(&carry, &self.norm, c.rms_eps));
+        let logits = matvec(&self.lm_head, &rms(&carry, &self.norm, c.rms_eps));
         HeadOutput { logits, carry }
     }
 
@@ -109,16 +118,14 @@ impl Eagle3Head {
         for (hq, o) in out.chunks_exact_mut(d).enumerate() {
             let qh = &q[hq * d..(hq + 1) * d];
             let at = (hq / group) * d;
-            let scores: Vec<f32> = (0..n)
+            let mut p: Vec<f32> = (0..n)
                 .map(|t| dot(qh, &cache.keys[t * kvw + at..t * kvw + at + d]) * scale)
                 .collect();
-            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let e: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-            let z: f32 = e.iter().sum();
-            for (t, &p) in e.iter().enumerate() {
+            softmax(&mut p);
+            for (t, &p) in p.iter().enumerate() {
                 let v = &cache.values[t * kvw + at..t * kvw + at + d];
                 for (o, &x) in o.iter_mut().zip(v) {
-                    *o += p / z * x;
+                    *o += p * x;
                 }
             }
         }
@@ -126,31 +133,13 @@ impl Eagle3Head {
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
 fn matvec(m: &Matrix, x: &[f32]) -> Vec<f32> {
     assert_eq!(x.len(), m.cols, "input width");
     m.data.chunks_exact(m.cols).map(|row| dot(row, x)).collect()
 }
 
-fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
-    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let r = 1.0 / (ms + eps).sqrt();
-    x.iter().zip(w).map(|(v, w)| v * r * w).collect()
-}
-
-/// RoPE as Hugging Face's Llama applies it (dimension `i` paired with `i + d/2` in each head).
-fn rope_neox(x: &mut [f32], d: usize, pos: usize, theta: f32) {
-    let half = d / 2;
-    for head in x.chunks_exact_mut(d) {
-        for i in 0..half {
-            let freq = (theta as f64).powf(-((2 * i) as f64) / d as f64);
-            let (sin, cos) = (pos as f64 * freq).sin_cos();
-            let (a, b) = (head[i] as f64, head[i + half] as f64);
-            head[i] = (a * cos - b * sin) as f32;
-            head[i + half] = (b * cos + a * sin) as f32;
-        }
-    }
+fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    rms_norm(x, w, eps, &mut out);
+    out
 }

@@ -10,6 +10,7 @@ mod forward;
 pub use config::{Eagle3Config, TargetShape};
 pub use forward::{HeadCache, HeadOutput};
 
+use kernels::quant::{GgmlType, dequantize};
 use safetensors::{Dtype, SafeTensors};
 use std::path::Path;
 
@@ -162,26 +163,19 @@ impl<'a> Tensors<'a> {
                 t.shape()
             )));
         }
-        let b = t.data();
-        let data: Vec<f32> = match t.dtype() {
-            Dtype::F32 => b
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            Dtype::F16 => b
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => b
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
+        let dtype = match t.dtype() {
+            Dtype::F32 => GgmlType::F32,
+            Dtype::F16 => GgmlType::F16,
+            Dtype::BF16 => GgmlType::BF16,
             other => {
                 return Err(Eagle3Error::Weights(format!(
                     "{name} is {other:?}; weights must be F32, F16 or BF16"
                 )));
             }
         };
+        let mut data = vec![0.0; rows * cols];
+        dequantize(dtype, t.data(), &mut data)
+            .map_err(|e| Eagle3Error::Weights(format!("{name}: {e}")))?;
         Ok(Matrix { rows, cols, data })
     }
 
