@@ -22,5 +22,10 @@ cargo test --workspace --release "$@"
 for kernels in portable avx2 avxvnni; do
     SPECULA_KERNELS=$kernels cargo test --workspace --release --test batch_invariance "$@"
 done
+# The EAGLE-3 trainer's head equals the runtime's (train/check_forward.py, in the environment
+# the train-draft test made).
+home="${SPECULA_HOME:-$HOME/.cache/specula}"
+trainer_python=$(ls -td "$home"/venvs/train-*/ | head -n1)bin/python
+"$trainer_python" train/check_forward.py
 # The official openai Python client against the real server.
 scripts/test-openai.sh

@@ -3,7 +3,7 @@
 //! Reads only the plan; what happened goes to the update as a [`Forward`].
 
 use crate::step_loop::Engine;
-use model::{Logits, LogitsFor, ModelError, SeqInput, Tree};
+use model::{Capture, Logits, LogitsFor, ModelError, SeqInput, Tree};
 use scheduler::{SeqId, StepPlan};
 use std::time::Instant;
 
@@ -57,8 +57,22 @@ impl Engine {
                 seconds: 0.0,
             };
         }
+        // The drafter's streams, for the sequences that may speculate.
+        let ran = plan.batch.iter().filter(|b| !lost.contains(&b.id));
+        let spec = self.speculator.as_ref();
+        let marks: Vec<bool> = ran
+            .map(|b| spec.is_some_and(|s| s.captures(b.id)))
+            .collect();
+        let layers = spec.and_then(|s| s.capture_layers());
+        let capture = layers
+            .as_ref()
+            .filter(|_| marks.contains(&true))
+            .map(|layers| Capture {
+                layers,
+                seqs: &marks,
+            });
         let started = Instant::now();
-        let logits = self.runner.forward(&self.model, &inputs);
+        let logits = self.runner.forward_capturing(&self.model, &inputs, capture);
         Forward {
             unreadable,
             lost,

@@ -57,8 +57,8 @@ pub struct EngineConfig {
 /// Speculative decoding settings (SGLang's flag names in the comments).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpecConfig {
-    /// `--speculative-algorithm`: `Ngram` (prompt lookup) or `Standalone` (the draft model given
-    /// to [`start`]).
+    /// `--speculative-algorithm`: `Ngram` (prompt lookup), `Standalone` or `Eagle3` (the
+    /// [`Draft`] given to [`start`]).
     pub algorithm: speculative::Algorithm,
     /// `--speculative-num-draft-tokens`: drafts a sequence verifies per step at most.
     pub num_draft_tokens: usize,
@@ -254,11 +254,20 @@ pub enum StartError {
     Thread(#[from] std::io::Error),
 }
 
+/// What drafts for the target, besides prompt lookup.
+#[derive(Debug)]
+pub enum Draft {
+    /// A smaller model with the same vocabulary (`STANDALONE`).
+    Model(Box<Model>),
+    /// An EAGLE-3 head, checked against the target when loaded (`EAGLE3`).
+    Eagle3(Box<speculative::eagle3::Eagle3Head>),
+}
+
 /// Starts the engine thread on `model`; `end_of_generation` are the tokens that end a generation
 /// (unless a request ignores them).
 pub fn start(
     model: Model,
-    draft: Option<Model>,
+    draft: Option<Draft>,
     config: EngineConfig,
     end_of_generation: Vec<u32>,
 ) -> Result<EngineHandle, StartError> {

@@ -5,11 +5,14 @@
 
 use crate::kv_files::KvFiles;
 use crate::tiers::Tiers;
-use crate::{Command, EngineConfig, EngineStats, GenerateRequest, RequestFailure, TokenEvent};
+use crate::{
+    Command, Draft, EngineConfig, EngineStats, GenerateRequest, RequestFailure, TokenEvent,
+};
 use kvcache::BlockPool;
 use model::sampler::Sampler;
 use model::{Model, Runner};
 use scheduler::{DraftPlanner, Scheduler, SchedulerConfig, SeqId, StepPlan};
+use speculative::eagle3::{Eagle3Drafter, TokenEmbedding};
 use speculative::{
     Algorithm, DraftModel, Drafter, NgramDrafter, NgramProposer, PolicyConfig, Speculator,
     SpeculatorConfig,
@@ -61,7 +64,7 @@ pub(crate) struct Engine {
 impl Engine {
     pub(crate) fn new(
         model: Model,
-        draft: Option<Model>,
+        draft: Option<Draft>,
         config: &EngineConfig,
         sched: SchedulerConfig,
         end_of_generation: Vec<u32>,
@@ -82,8 +85,22 @@ impl Engine {
         let tiers = Tiers::new(sched.host_blocks as usize * runner.block_bytes(), files);
         let speculator = config.speculative.map(|c| {
             let drafter: Box<dyn Drafter> = match (c.algorithm, draft) {
-                (Algorithm::Standalone, Some(d)) => {
-                    Box::new(DraftModel::new(d, config.block_size, blocks))
+                (Algorithm::Standalone, Some(Draft::Model(d))) => {
+                    Box::new(DraftModel::new(*d, config.block_size, blocks))
+                }
+                (Algorithm::Eagle3, Some(Draft::Eagle3(head))) => {
+                    let e = model.weights.embeddings.matrix(&model.file);
+                    let embedding = TokenEmbedding {
+                        dtype: e.dtype,
+                        width: e.cols,
+                        data: e.data.to_vec(),
+                    };
+                    Box::new(Eagle3Drafter::new(
+                        *head,
+                        embedding,
+                        config.block_size,
+                        blocks,
+                    ))
                 }
                 _ => Box::new(NgramDrafter(
                     NgramProposer::new(c.ngram_min_window, c.ngram_max_window)

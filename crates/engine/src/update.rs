@@ -62,6 +62,12 @@ impl Engine {
             if lost.contains(&b.id) {
                 continue;
             }
+            if let Some(spec) = self.speculator.as_mut() {
+                let rows = logits.features(i);
+                if !rows.is_empty() {
+                    spec.features(b.id, b.start, rows, plan.drafts.contains_key(&b.id));
+                }
+            }
             if b.logits
                 && let Some(row) = self.sample(plan, j, i, &logits, &mut outcome)
             {

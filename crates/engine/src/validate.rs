@@ -1,7 +1,7 @@
 //! The engine's settings checked once, where they are used, with errors that name the flag.
 
-use crate::EngineConfig;
 use crate::kv_files::KvFiles;
+use crate::{Draft, EngineConfig};
 use model::Model;
 use scheduler::SchedulerConfig;
 use speculative::{Algorithm, DraftError, WindowError};
@@ -30,6 +30,15 @@ pub enum ConfigError {
     Vocabulary(#[from] DraftError),
     #[error("STANDALONE speculation needs a draft model (--speculative-draft-model-path)")]
     NoDraftModel,
+    #[error("EAGLE3 speculation needs an EAGLE-3 head (--speculative-draft-model-path)")]
+    NoHead,
+    #[error(
+        "--speculative-draft-model-path gives {given}, which {algorithm} speculation does not use"
+    )]
+    WrongDraft {
+        given: &'static str,
+        algorithm: Algorithm,
+    },
     #[error("speculative settings with algorithm NONE")]
     AlgorithmNone,
     #[error("--hicache-storage-dir needs --enable-hierarchical-cache")]
@@ -46,7 +55,7 @@ pub enum ConfigError {
 pub(crate) fn validate(
     config: &EngineConfig,
     model: &Model,
-    draft: Option<&Model>,
+    draft: Option<&Draft>,
 ) -> Result<(SchedulerConfig, Option<KvFiles>), ConfigError> {
     if config.block_size == 0 {
         return Err(ConfigError::BlockSize);
@@ -72,12 +81,21 @@ pub(crate) fn validate(
             return Err(ConfigError::NoDrafts);
         }
         match (spec.algorithm, draft) {
-            (Algorithm::Standalone, Some(d)) => {
+            (Algorithm::None, _) => return Err(ConfigError::AlgorithmNone),
+            (Algorithm::Standalone, Some(Draft::Model(d))) => {
                 speculative::check_vocabulary(&d.file, &model.file)?;
             }
             (Algorithm::Standalone, None) => return Err(ConfigError::NoDraftModel),
-            (Algorithm::None, _) => return Err(ConfigError::AlgorithmNone),
-            (Algorithm::Ngram, _) => {}
+            (Algorithm::Eagle3, Some(Draft::Eagle3(_))) => {}
+            (Algorithm::Eagle3, None) => return Err(ConfigError::NoHead),
+            (Algorithm::Ngram, None) => {}
+            (algorithm, Some(d)) => {
+                let given = match d {
+                    Draft::Model(_) => "a draft model",
+                    Draft::Eagle3(_) => "an EAGLE-3 head",
+                };
+                return Err(ConfigError::WrongDraft { given, algorithm });
+            }
         }
     }
     let files = match &config.hicache_storage_dir {

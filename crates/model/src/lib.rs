@@ -13,7 +13,7 @@ pub mod weights;
 pub use config::ModelConfig;
 pub use kernels::attention::KvDtype;
 pub use kernels::quant::ActMode;
-pub use runner::{Logits, LogitsFor, Model, Runner, SeqInput, Tree};
+pub use runner::{Capture, Logits, LogitsFor, Model, Runner, SeqInput, Tree};
 
 /// Why a model cannot be loaded or run.
 #[derive(Debug, thiserror::Error)]

@@ -141,6 +141,13 @@ pub struct Logits {
     pub vocab: usize,
     pub data: Vec<f32>,
     pub ranges: Vec<std::ops::Range<usize>>,
+    /// The residual streams captured ([`Runner::forward_capturing`]): for every row of each
+    /// capturing sequence, the streams entering the capture layers side by side, in order;
+    /// `feature_ranges[i]` are sequence i's rows (empty when it does not capture).
+    pub features: Vec<f32>,
+    pub feature_ranges: Vec<std::ops::Range<usize>>,
+    /// Values a captured row (the model's width for each capture layer).
+    pub feature_width: usize,
 }
 
 impl Logits {
@@ -154,6 +161,14 @@ impl Logits {
     pub fn last(&self, seq: usize) -> &[f32] {
         let r = &self.ranges[seq];
         self.row(seq, r.len() - 1)
+    }
+
+    /// Sequence `seq`'s captured streams, row after row (empty when it did not capture).
+    pub fn features(&self, seq: usize) -> &[f32] {
+        let w = self.feature_width;
+        self.feature_ranges
+            .get(seq)
+            .map_or(&[], |r| &self.features[r.start * w..r.end * w])
     }
 }
 
@@ -303,14 +318,42 @@ impl Runner {
 
     /// Runs one forward pass over the batch and returns the requested logits.
     pub fn forward(&mut self, model: &Model, seqs: &[SeqInput<'_>]) -> Result<Logits, ModelError> {
+        self.forward_capturing(model, seqs, None)
+    }
+
+    /// [`Runner::forward`], also capturing the residual streams entering `capture.layers` for
+    /// every row of the sequences `capture.seqs` marks (what an EAGLE-3 head reads). Nothing is
+    /// copied for the others, and without a capture nothing at all.
+    pub fn forward_capturing(
+        &mut self,
+        model: &Model,
+        seqs: &[SeqInput<'_>],
+        capture: Option<Capture<'_>>,
+    ) -> Result<Logits, ModelError> {
         self.check(model, seqs)?;
-        kernels::threads::run(|| self.forward_checked(model, seqs))
+        if let Some(c) = &capture {
+            if c.seqs.len() != seqs.len() {
+                return Err(ModelError::BadBatch(format!(
+                    "capture marks {} sequences of {}",
+                    c.seqs.len(),
+                    seqs.len()
+                )));
+            }
+            if let Some(l) = c.layers.iter().find(|&&l| l > model.config.n_layers) {
+                return Err(ModelError::BadBatch(format!(
+                    "capture of layer {l} in a {}-layer model",
+                    model.config.n_layers
+                )));
+            }
+        }
+        kernels::threads::run(|| self.forward_checked(model, seqs, capture))
     }
 
     fn forward_checked(
         &mut self,
         model: &Model,
         seqs: &[SeqInput<'_>],
+        capture: Option<Capture<'_>>,
     ) -> Result<Logits, ModelError> {
         let cfg = &model.config;
         let hd = cfg.hidden;
@@ -330,7 +373,9 @@ impl Runner {
             }
         }
         self.scratch.resize(cfg, m);
+        let mut captured = Captured::new(capture, seqs, hd);
         for (l, lw) in model.weights.layers.iter().enumerate() {
+            captured.take(l, &h);
             let mut kv = self.kv.layer(l);
             let run = match cfg.arch {
                 Arch::Gemma3 => gemma3::layer,
@@ -344,6 +389,7 @@ impl Runner {
             };
             run(&layer, &batch, &mut kv, &mut self.scratch, &mut h);
         }
+        captured.take(model.weights.layers.len(), &h);
 
         // Logits only for the rows that want them.
         let mut wanted = Vec::new();
@@ -383,6 +429,62 @@ impl Runner {
             vocab: cfg.vocab_size,
             data,
             ranges,
+            features: captured.data,
+            feature_ranges: captured.ranges,
+            feature_width: captured.layers.len() * hd,
         })
+    }
+}
+
+/// Which residual streams a forward pass captures: those entering `layers`, in that order (the
+/// model's layer count names the stream after the last layer, before the final norm), for the
+/// rows of the sequences whose `seqs` entry is true.
+#[derive(Debug, Clone, Copy)]
+pub struct Capture<'a> {
+    pub layers: &'a [usize],
+    pub seqs: &'a [bool],
+}
+
+/// The captured streams being gathered: `data` has `layers.len() × hidden` values a row.
+struct Captured {
+    layers: Vec<usize>,
+    /// (batch row, captured row) of every row captured.
+    rows: Vec<(usize, usize)>,
+    hidden: usize,
+    data: Vec<f32>,
+    ranges: Vec<std::ops::Range<usize>>,
+}
+
+impl Captured {
+    fn new(capture: Option<Capture<'_>>, seqs: &[SeqInput<'_>], hidden: usize) -> Self {
+        let mut rows = Vec::new();
+        let mut ranges = Vec::with_capacity(seqs.len());
+        let mut batch_row = 0;
+        for (i, s) in seqs.iter().enumerate() {
+            let first = rows.len();
+            if capture.is_some_and(|c| c.seqs[i]) {
+                rows.extend((0..s.tokens.len()).map(|r| (batch_row + r, first + r)));
+            }
+            ranges.push(first..rows.len());
+            batch_row += s.tokens.len();
+        }
+        Self {
+            layers: capture.map_or(Vec::new(), |c| c.layers.to_vec()),
+            data: vec![0.0; rows.len() * capture.map_or(0, |c| c.layers.len()) * hidden],
+            rows,
+            hidden,
+            ranges,
+        }
+    }
+
+    /// Copies the streams entering layer `layer` (held in `h`) if it is captured.
+    fn take(&mut self, layer: usize, h: &[f32]) {
+        let (hd, n) = (self.hidden, self.layers.len());
+        for k in (0..n).filter(|&k| self.layers[k] == layer) {
+            for &(b, c) in &self.rows {
+                let at = (c * n + k) * hd;
+                self.data[at..at + hd].copy_from_slice(&h[b * hd..(b + 1) * hd]);
+            }
+        }
     }
 }

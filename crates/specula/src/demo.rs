@@ -52,15 +52,17 @@ pub struct DemoArgs {
     /// compare the two.
     #[arg(long)]
     compare_spec: bool,
-    /// The candidate's speculation (with --compare-spec): NGRAM (prompt lookup) or STANDALONE (a
-    /// draft model) [default: NGRAM].
+    /// The candidate's speculation (with --compare-spec): NGRAM (prompt lookup), STANDALONE (a
+    /// draft model) or EAGLE3 (a head) [default: EAGLE3 with the built-in head on the default
+    /// model, NGRAM on another].
     #[arg(long, alias = "speculative-algorithm")]
     spec_algorithm: Option<String>,
-    /// The draft model of STANDALONE: a GGUF file with the target's tokenizer.
+    /// The draft model of STANDALONE (a GGUF file with the target's tokenizer) or the head of
+    /// EAGLE3 (a folder in SGLang's layout; default: the built-in one).
     #[arg(long, alias = "speculative-draft-model-path")]
     spec_draft_model_path: Option<PathBuf>,
     /// Draft tokens a sequence verifies per step at most [default: 8 for NGRAM, 4 for
-    /// STANDALONE].
+    /// STANDALONE and EAGLE3].
     #[arg(long, alias = "speculative-num-draft-tokens")]
     spec_num_draft_tokens: Option<usize>,
     /// The fixed policy (the most drafts every step) instead of the adaptive one.
@@ -83,7 +85,9 @@ struct BenchFlags {
 
 impl DemoArgs {
     fn bench_args(&self) -> Result<RunArgs, Failure> {
-        let dataset = match (&self.dataset, self.compare_spec) {
+        // Prompt lookup pays where answers copy the prompt; a head is measured on chat.
+        let ngram = self.spec_algorithm_name().eq_ignore_ascii_case("NGRAM");
+        let dataset = match (&self.dataset, self.compare_spec && ngram) {
             (Some(d), _) => d.as_str(),
             (None, true) => "rewrite",
             (None, false) => "synthetic",
@@ -124,9 +128,19 @@ impl DemoArgs {
         Ok(())
     }
 
+    /// The candidate's algorithm as named, or the default (EAGLE3 on the default model, which
+    /// has a built-in head).
+    fn spec_algorithm_name(&self) -> &str {
+        match (&self.spec_algorithm, &self.model_path) {
+            (Some(a), _) => a,
+            (None, None) => "EAGLE3",
+            (None, Some(_)) => "NGRAM",
+        }
+    }
+
     /// The candidate's algorithm.
     fn algorithm(&self) -> Result<speculative::Algorithm, anyhow::Error> {
-        let name = self.spec_algorithm.as_deref().unwrap_or("NGRAM");
+        let name = self.spec_algorithm_name();
         let algorithm: speculative::Algorithm = name
             .parse()
             .map_err(|e: String| anyhow!("--spec-algorithm: {e}"))?;
@@ -141,7 +155,7 @@ impl DemoArgs {
                 bail!("--spec-algorithm STANDALONE needs --spec-draft-model-path")
             }
             speculative::Algorithm::Ngram if self.spec_draft_model_path.is_some() => {
-                bail!("--spec-draft-model-path goes with --spec-algorithm STANDALONE")
+                bail!("--spec-draft-model-path goes with --spec-algorithm STANDALONE or EAGLE3")
             }
             a => Ok(a),
         }
@@ -170,7 +184,10 @@ impl DemoArgs {
             args.speculative_algorithm = Some(algorithm);
             args.speculative_adaptive = !self.spec_fixed;
             args.speculative_num_draft_tokens = self.spec_num_draft_tokens;
-            if algorithm == speculative::Algorithm::Standalone {
+            if matches!(
+                algorithm,
+                speculative::Algorithm::Standalone | speculative::Algorithm::Eagle3
+            ) {
                 // The drafted chain is as long as the drafts verified.
                 args.speculative_num_steps = self.spec_num_draft_tokens;
                 args.speculative_draft_model_path = self.spec_draft_model_path.clone();

@@ -5,10 +5,12 @@ mod assets;
 mod bench_cmd;
 mod demo;
 mod generate;
+mod heads;
 mod model_bench;
 mod model_cmd;
 mod models;
 mod serve;
+mod train_draft;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -36,6 +38,8 @@ enum Command {
     Model(model_cmd::ModelArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Train an EAGLE-3 draft head for a model on this machine (SGLang's layout).
+    TrainDraft(train_draft::TrainDraftArgs),
 }
 
 fn main() {
@@ -73,6 +77,7 @@ fn main() {
             Command::Generate(args) => generate::run(args),
             Command::Model(args) => model_cmd::run(args),
             Command::Serve(_) => serve::run(serve_config.expect("resolved above")).await,
+            Command::TrainDraft(args) => train_draft::run(args).await,
         }
     });
     // Leftover tasks (a mock server, hung requests) must not hold the process open.

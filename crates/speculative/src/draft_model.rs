@@ -31,9 +31,6 @@ pub struct DraftRequest<'a> {
     pub width: usize,
     /// Most drafts returned (the tree's most likely nodes).
     pub nodes: usize,
-    /// The target's hidden states for the sequence's newest tokens, for a drafter that reads
-    /// them (a learned head such as EAGLE-3's); `None` while no drafter asks for them.
-    pub hidden: Option<&'a [f32]>,
 }
 
 impl DraftRequest<'_> {

@@ -1,7 +1,7 @@
 //! The drafters behind one interface: prompt lookup (`NGRAM`) guesses from the sequence's own
 //! tokens before anything is reserved; a draft model (`STANDALONE`) drafts once the step's KV
 //! slots are reserved, since it writes its own KV into them. A learned head that reads the
-//! target's hidden states (EAGLE-3) gets them through [`DraftRequest::hidden`].
+//! target's residual streams (EAGLE-3) gets them through [`Drafter::features`].
 
 use crate::{DraftModel, DraftRequest, DraftTree, NgramProposer};
 use model::ModelError;
@@ -28,8 +28,18 @@ pub trait Drafter {
     fn slots(&self, depth: usize, width: usize, nodes: usize) -> usize;
     /// Drafts for the sequences that answered [`Guess::AfterSlots`], their slots reserved.
     fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError>;
-    /// After verification: the sequence `key` kept `tokens` (the accepted path, in order).
-    fn accepted(&mut self, key: u64, tokens: &[u32]) -> Result<(), ModelError>;
+    /// After verification: the sequence `key` kept the draft nodes `path` (root excluded, in
+    /// order), whose tokens are `tokens`.
+    fn accepted(&mut self, key: u64, path: &[usize], tokens: &[u32]) -> Result<(), ModelError>;
+    /// The target layers whose entering residual streams the drafter reads, if it reads any
+    /// (then [`Drafter::features`] gets them for every row of the sequences that speculate).
+    fn capture_layers(&self) -> Option<[usize; 3]> {
+        None
+    }
+    /// The captured streams of sequence `key`'s rows from position `start` on (side by side, a
+    /// row after another); `verified`: they are the rows of its draft tree being verified (the
+    /// root, then node after node), resolved by the [`Drafter::accepted`] that follows.
+    fn features(&mut self, _key: u64, _start: usize, _rows: &[f32], _verified: bool) {}
     /// The sequence's KV is gone (it ended, was preempted or is recomputed).
     fn forget(&mut self, key: u64);
 }
@@ -62,7 +72,7 @@ impl Drafter for NgramDrafter {
         Ok(vec![DraftTree::default(); requests.len()])
     }
 
-    fn accepted(&mut self, _key: u64, _tokens: &[u32]) -> Result<(), ModelError> {
+    fn accepted(&mut self, _key: u64, _path: &[usize], _tokens: &[u32]) -> Result<(), ModelError> {
         Ok(())
     }
 
@@ -82,7 +92,7 @@ impl Drafter for DraftModel {
         self.propose(requests)
     }
 
-    fn accepted(&mut self, key: u64, tokens: &[u32]) -> Result<(), ModelError> {
+    fn accepted(&mut self, key: u64, _path: &[usize], tokens: &[u32]) -> Result<(), ModelError> {
         self.resolve(key, tokens)
     }
 

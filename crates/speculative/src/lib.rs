@@ -38,15 +38,18 @@ pub enum Algorithm {
     None,
     Ngram,
     Standalone,
+    /// A learned EAGLE-3 head reading the target's residual streams.
+    Eagle3,
 }
 
-/// The flag's spelling: `NONE`, `NGRAM`, `STANDALONE`.
+/// The flag's spelling: `NONE`, `NGRAM`, `STANDALONE`, `EAGLE3`.
 impl std::fmt::Display for Algorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::None => "NONE",
             Self::Ngram => "NGRAM",
             Self::Standalone => "STANDALONE",
+            Self::Eagle3 => "EAGLE3",
         })
     }
 }
@@ -59,8 +62,9 @@ impl std::str::FromStr for Algorithm {
             "NONE" => Ok(Self::None),
             "NGRAM" => Ok(Self::Ngram),
             "STANDALONE" => Ok(Self::Standalone),
+            "EAGLE3" => Ok(Self::Eagle3),
             other => Err(format!(
-                "unknown speculative algorithm {other}: use NONE, NGRAM or STANDALONE"
+                "unknown speculative algorithm {other}: use NONE, NGRAM, STANDALONE or EAGLE3"
             )),
         }
     }

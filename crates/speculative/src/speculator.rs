@@ -118,6 +118,24 @@ impl Speculator {
         self.drafter.forget(id.0);
     }
 
+    /// The target layers whose residual streams the drafter reads (see
+    /// [`Drafter::capture_layers`]).
+    pub fn capture_layers(&self) -> Option<[usize; 3]> {
+        self.drafter.capture_layers()
+    }
+
+    /// Whether the forward pass captures sequence `id`'s streams: it may speculate and the
+    /// drafter reads them.
+    pub fn captures(&self, id: SeqId) -> bool {
+        self.seqs.contains_key(&id) && self.drafter.capture_layers().is_some()
+    }
+
+    /// Hands sequence `id`'s captured streams from position `start` on to the drafter
+    /// (`verified`: the rows of the draft tree about to be verified).
+    pub fn features(&mut self, id: SeqId, start: usize, rows: &[f32], verified: bool) {
+        self.drafter.features(id.0, start, rows, verified);
+    }
+
     pub fn is_adaptive(&self) -> bool {
         self.budget.is_adaptive()
     }
@@ -170,7 +188,7 @@ impl Speculator {
             self.by_match.record(n, tree.len(), accepted);
         }
         let tokens: Vec<u32> = verdict.path.iter().map(|&n| tree.token(n)).collect();
-        if let Err(e) = self.drafter.accepted(id.0, &tokens) {
+        if let Err(e) = self.drafter.accepted(id.0, &verdict.path, &tokens) {
             tracing::error!("the draft model failed: {e}");
             self.drafter.forget(id.0);
         }
@@ -276,7 +294,6 @@ impl Speculator {
                 depth: self.depth(picked[i].max),
                 width: self.topk,
                 nodes: picked[i].max,
-                hidden: None,
             })
             .collect();
         let started = Instant::now();

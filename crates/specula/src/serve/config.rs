@@ -125,7 +125,10 @@ impl ServeConfig {
         at_least_one("--context-length", self.context_length)?;
         self.hicache = self.host_tier()?;
         self.speculative = self.speculation()?;
-        if self.speculative_algorithm != Algorithm::Standalone {
+        if !matches!(
+            self.speculative_algorithm,
+            Algorithm::Standalone | Algorithm::Eagle3
+        ) {
             self.speculative_draft_model_path = None;
         }
         if let Some(path) = &self.scripted_output {
@@ -171,6 +174,16 @@ impl ServeConfig {
             Algorithm::Standalone if topk == 1 => asked.map_or(steps, |n| n.min(steps)),
             Algorithm::Standalone => asked.unwrap_or(steps * topk),
             Algorithm::Ngram => asked.unwrap_or(NGRAM_DRAFT_TOKENS),
+            // SGLang's meaning: the verified tokens, the root included; a chain is num_steps
+            // drafts whatever is asked (SGLang sets the count to num_steps + 1).
+            Algorithm::Eagle3 if topk == 1 => steps,
+            Algorithm::Eagle3 => match asked {
+                Some(n) if n < 2 => bail!(
+                    "--speculative-num-draft-tokens counts the root for EAGLE3: give at least 2"
+                ),
+                Some(n) => n - 1,
+                None => steps * topk,
+            },
         };
         let (min, max) = (
             self.speculative_ngram_min_match_window,

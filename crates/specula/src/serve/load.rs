@@ -71,19 +71,7 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
     if let Some(tier) = s.hicache {
         config.host_cache_blocks = host_blocks(&model, &config, tier)?;
     }
-    let draft = s
-        .speculative_draft_model_path
-        .as_deref()
-        .map(|p| {
-            // A file, or a model by name (pulled if missing), as `--model` takes.
-            let p = crate::models::resolve(Some(p))?;
-            let mut draft = Model::load(&p)
-                .with_context(|| format!("cannot load the draft model {}", p.display()))?;
-            draft.activations = s.activations;
-            draft.kv_cache_dtype = s.kv_cache_dtype.dtype();
-            anyhow::Ok(draft)
-        })
-        .transpose()?;
+    let draft = load_draft(&model, s)?;
     let eog = tokenizer.eog_ids().to_vec();
     let engine = engine::start(model, draft, config, eog).context("cannot start the engine")?;
     Ok(Loaded {
@@ -91,6 +79,46 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
         tokenizer,
         template,
     })
+}
+
+/// The draft model (STANDALONE) or EAGLE-3 head (EAGLE3) `--speculative-draft-model-path`
+/// names, loaded and fitted to the target.
+fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<engine::Draft>> {
+    let eagle3 = s
+        .speculative
+        .is_some_and(|c| c.algorithm == speculative::Algorithm::Eagle3);
+    let Some(path) = s.speculative_draft_model_path.as_deref() else {
+        if !eagle3 {
+            return Ok(None);
+        }
+        // No head given: the one built in for this model, if there is one.
+        let Some((name, head)) = crate::heads::shipped_for(model)? else {
+            anyhow::bail!(
+                "no EAGLE-3 head ships for this model: give one with \
+                 --speculative-draft-model-path (specula train-draft makes one)"
+            );
+        };
+        tracing::info!(head = name, "EAGLE3 with the built-in head");
+        return Ok(Some(engine::Draft::Eagle3(Box::new(head))));
+    };
+    if eagle3 {
+        let c = &model.config;
+        let target = speculative::eagle3::TargetShape {
+            n_layers: c.n_layers,
+            hidden: c.hidden,
+            vocab: c.vocab_size,
+        };
+        let head = speculative::eagle3::Eagle3Head::load(path, target)
+            .with_context(|| format!("cannot load the EAGLE-3 head {}", path.display()))?;
+        return Ok(Some(engine::Draft::Eagle3(Box::new(head))));
+    }
+    // A file, or a model by name (pulled if missing), as `--model` takes.
+    let p = crate::models::resolve(Some(path))?;
+    let mut draft =
+        Model::load(&p).with_context(|| format!("cannot load the draft model {}", p.display()))?;
+    draft.activations = s.activations;
+    draft.kv_cache_dtype = s.kv_cache_dtype.dtype();
+    Ok(Some(engine::Draft::Model(Box::new(draft))))
 }
 
 /// The host tier's size in blocks of this model's KV.

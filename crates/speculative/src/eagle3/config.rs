@@ -136,6 +136,12 @@ fn number(v: &Value, key: &str, default: f32) -> Result<f32, Eagle3Error> {
     }
 }
 
+/// The layers whose entering streams a head reads by default: 2, n/2 and n − 3 of an n-layer
+/// target (SGLang's, vLLM's and SpecForge's choice); `None` under 4 layers.
+pub fn default_capture_layers(n_layers: usize) -> Option<[usize; 3]> {
+    (n_layers >= 4).then(|| [2, n_layers / 2, n_layers - 3])
+}
+
 /// The captured layers: SGLang's reading of the config's ids (each + 1), or its default.
 fn capture_layers(v: &Value, n_layers: usize) -> Result<[usize; 3], Eagle3Error> {
     let ids = v
@@ -143,14 +149,11 @@ fn capture_layers(v: &Value, n_layers: usize) -> Result<[usize; 3], Eagle3Error>
         .and_then(|c| c.get("eagle_aux_hidden_state_layer_ids"))
         .or_else(|| v.get("eagle_aux_hidden_state_layer_ids"));
     let layers = match ids {
-        None | Some(Value::Null) => {
-            if n_layers < 4 {
-                return Err(Eagle3Error::WrongTarget(format!(
-                    "a target of {n_layers} layers has no layers 2, n/2 and n − 3 to read"
-                )));
-            }
-            [2, n_layers / 2, n_layers - 3]
-        }
+        None | Some(Value::Null) => default_capture_layers(n_layers).ok_or_else(|| {
+            Eagle3Error::WrongTarget(format!(
+                "a target of {n_layers} layers has no layers 2, n/2 and n − 3 to read"
+            ))
+        })?,
         Some(Value::Array(a)) if a.len() == 3 => {
             let mut out = [0; 3];
             for (o, x) in out.iter_mut().zip(a) {

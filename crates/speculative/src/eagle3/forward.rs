@@ -44,8 +44,19 @@ pub struct HeadOutput {
     pub carry: Vec<f32>,
 }
 
+/// A row's attention inputs: its query (every head, RoPE applied), key and value (RoPE applied
+/// to the key) and the residual its attention output is added to.
+#[derive(Debug, Clone)]
+pub struct Projected {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub residual: Vec<f32>,
+}
+
 impl Eagle3Head {
-    fn kv_width(&self) -> usize {
+    /// Values of one position's key (or value): `n_kv_heads × head_dim`.
+    pub fn kv_width(&self) -> usize {
         self.config.n_kv_heads * self.config.head_dim
     }
 
@@ -53,6 +64,26 @@ impl Eagle3Head {
     /// its `feature` (`3 × target_hidden` captured states, or `hidden` values from
     /// [`HeadOutput::carry`]).
     pub fn step(&self, cache: &mut HeadCache, embedding: &[f32], feature: &[f32]) -> HeadOutput {
+        let p = self.project(embedding, feature, cache.len(self));
+        cache.keys.extend_from_slice(&p.k);
+        cache.values.extend_from_slice(&p.v);
+        let kvw = self.kv_width();
+        let kv: Vec<(&[f32], &[f32])> = cache
+            .keys
+            .chunks_exact(kvw)
+            .zip(cache.values.chunks_exact(kvw))
+            .collect();
+        let attn = self.attend(&p.q, &kv);
+        let carry = self.finish(&attn, &p.residual);
+        HeadOutput {
+            logits: self.logits(&carry),
+            carry,
+        }
+    }
+
+    /// The first half of a row at `position`: the feature through `fc` if it is three captured
+    /// states, both inputs normed side by side, then Q, K and V with RoPE.
+    pub fn project(&self, embedding: &[f32], feature: &[f32], position: usize) -> Projected {
         let c = &self.config;
         let h = c.hidden;
         assert_eq!(embedding.len(), h, "an embedding of the head's width");
@@ -84,47 +115,53 @@ impl Eagle3Head {
             divisors: None,
         };
         let mut angles = Vec::new();
-        rope_angles(cache.len(self), &freqs, &mut angles);
+        rope_angles(position, &freqs, &mut angles);
         rope_apply(&mut q, c.head_dim, RopeMode::Neox, &angles);
         rope_apply(&mut k, c.head_dim, RopeMode::Neox, &angles);
-        cache.keys.extend_from_slice(&k);
-        cache.values.extend_from_slice(&v);
-        let attn = self.attend(cache, &q);
-        let h1: Vec<f32> = matvec(&self.wo, &attn)
+        Projected { q, k, v, residual }
+    }
+
+    /// The second half: the attention output through `o_proj` onto the residual, then the MLP;
+    /// returns the pre-norm output (the carry).
+    pub fn finish(&self, attn: &[f32], residual: &[f32]) -> Vec<f32> {
+        let c = &self.config;
+        let h1: Vec<f32> = matvec(&self.wo, attn)
             .iter()
-            .zip(&residual)
+            .zip(residual)
             .map(|(o, r)| o + r)
             .collect();
         let n = rms(&h1, &self.post_attention_norm, c.rms_eps);
         let mut gate = matvec(&self.gate, &n);
         gated_mul(Gate::Silu, &mut gate, &matvec(&self.up, &n));
-        let carry: Vec<f32> = matvec(&self.down, &gate)
+        matvec(&self.down, &gate)
             .iter()
             .zip(&h1)
             .map(|(m, r)| m + r)
-            .collect();
-        let logits = matvec(&self.lm_head, &rms(&carry, &self.norm, c.rms_eps));
-        HeadOutput { logits, carry }
+            .collect()
     }
 
-    /// Causal attention of `q` (all query heads) over every cached position.
-    fn attend(&self, cache: &HeadCache, q: &[f32]) -> Vec<f32> {
+    /// Logits over the draft vocabulary from a carry.
+    pub fn logits(&self, carry: &[f32]) -> Vec<f32> {
+        matvec(&self.lm_head, &rms(carry, &self.norm, self.config.rms_eps))
+    }
+
+    /// Attention of `q` (all query heads) over the positions `kv` (each a key and a value of
+    /// [`Eagle3Head::kv_width`] values), in order.
+    pub fn attend(&self, q: &[f32], kv: &[(&[f32], &[f32])]) -> Vec<f32> {
         let c = &self.config;
-        let (d, kvw) = (c.head_dim, self.kv_width());
-        let n = cache.keys.len() / kvw;
+        let d = c.head_dim;
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (d as f32).sqrt();
         let mut out = vec![0.0; c.n_heads * d];
+        let mut p = Vec::with_capacity(kv.len());
         for (hq, o) in out.chunks_exact_mut(d).enumerate() {
             let qh = &q[hq * d..(hq + 1) * d];
             let at = (hq / group) * d;
-            let mut p: Vec<f32> = (0..n)
-                .map(|t| dot(qh, &cache.keys[t * kvw + at..t * kvw + at + d]) * scale)
-                .collect();
+            p.clear();
+            p.extend(kv.iter().map(|(k, _)| dot(qh, &k[at..at + d]) * scale));
             softmax(&mut p);
-            for (t, &p) in p.iter().enumerate() {
-                let v = &cache.values[t * kvw + at..t * kvw + at + d];
-                for (o, &x) in o.iter_mut().zip(v) {
+            for (&p, (_, v)) in p.iter().zip(kv) {
+                for (o, &x) in o.iter_mut().zip(&v[at..at + d]) {
                     *o += p * x;
                 }
             }

@@ -4,11 +4,16 @@
 //! safetensors: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`), checked against its target, and
 //! runs its forward pass row by row (`forward.rs`).
 
+mod batched;
 mod config;
+mod drafter;
 mod forward;
+mod save;
 
-pub use config::{Eagle3Config, TargetShape};
-pub use forward::{HeadCache, HeadOutput};
+pub use config::{Eagle3Config, TargetShape, default_capture_layers};
+pub use drafter::{Eagle3Drafter, MAX_PENDING_ROWS, TokenEmbedding};
+pub use forward::{HeadCache, HeadOutput, Projected};
+pub use save::WeightDtype;
 
 use kernels::quant::{GgmlType, dequantize};
 use safetensors::{Dtype, SafeTensors};
@@ -90,12 +95,25 @@ impl Eagle3Head {
             )));
         }
         let blobs: Vec<Vec<u8>> = files.iter().map(|p| read(p)).collect::<Result<_, _>>()?;
-        let tensors: Vec<SafeTensors<'_>> = blobs
+        let named: Vec<(String, &[u8])> = files
             .iter()
-            .zip(&files)
-            .map(|(b, p)| {
+            .zip(&blobs)
+            .map(|(p, b)| (p.display().to_string(), b.as_slice()))
+            .collect();
+        Self::from_parts(config, &named)
+    }
+
+    /// A head from its checked configuration and its safetensors files' bytes (each with a
+    /// name for errors): what [`Eagle3Head::load`] reads, or a head built into a binary.
+    pub fn from_parts(
+        config: Eagle3Config,
+        files: &[(String, &[u8])],
+    ) -> Result<Self, Eagle3Error> {
+        let tensors: Vec<SafeTensors<'_>> = files
+            .iter()
+            .map(|(name, b)| {
                 SafeTensors::deserialize(b)
-                    .map_err(|e| Eagle3Error::Weights(format!("{}: {e}", p.display())))
+                    .map_err(|e| Eagle3Error::Weights(format!("{name}: {e}")))
             })
             .collect::<Result<_, _>>()?;
         Self::from_tensors(config, &Tensors(tensors))

@@ -1,0 +1,146 @@
+//! Self-distillation data: each prompt answered by the target itself through the engine (many
+//! at once, continuous batching), kept as token ids — the prompt as the chat template renders it
+//! and the answer as sampled — in `sequences.jsonl`, one line a prompt, resumable.
+
+use anyhow::{Context, bail};
+use engine::{EngineConfig, GenerateRequest, TokenEvent};
+use indicatif::{ProgressBar, ProgressStyle};
+use model::Model;
+use model::chat_template::{ChatOptions, ChatTemplate};
+use model::sampler::SamplingParams;
+use model::tokenizer::Tokenizer;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+/// One training sequence: the rendered prompt's tokens and the target's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sample {
+    pub prompt: Vec<u32>,
+    pub answer: Vec<u32>,
+}
+
+/// How answers are generated.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerSettings {
+    pub max_prompt_tokens: usize,
+    pub max_new_tokens: usize,
+    pub temperature: f32,
+    pub concurrency: usize,
+    pub seed: u64,
+}
+
+/// Reads the samples written so far (a cut-off last line is dropped).
+pub fn read_samples(path: &Path) -> anyhow::Result<Vec<Sample>> {
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = Vec::new();
+    for line in std::io::BufReader::new(file).lines() {
+        match serde_json::from_str(&line?) {
+            Ok(s) => out.push(s),
+            Err(_) => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Answers `prompts` (user messages) with the model at `model_path`, appending each finished
+/// sample to `out`; prompts whose rendering is over the limit, or is the prompt of a sample in
+/// `done`, are skipped. Returns the count written.
+pub async fn generate(
+    model_path: &Path,
+    prompts: &[String],
+    settings: AnswerSettings,
+    done: &[Sample],
+    out: &Path,
+) -> anyhow::Result<usize> {
+    let model =
+        Model::load(model_path).with_context(|| format!("cannot load {}", model_path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&model.file).context("cannot build the tokenizer")?;
+    let template = ChatTemplate::from_gguf(&model.file, &tokenizer)
+        .context("the target has no usable chat template")?;
+    let answered: std::collections::HashSet<&[u32]> =
+        done.iter().map(|s| s.prompt.as_slice()).collect();
+    let mut rendered = Vec::new();
+    for p in prompts {
+        let messages = [serde_json::json!({"role": "user", "content": p})];
+        let text = template.render(&messages, &ChatOptions::default())?;
+        let ids = tokenizer.encode(&text, true, true)?;
+        if !ids.is_empty()
+            && ids.len() <= settings.max_prompt_tokens
+            && !answered.contains(ids.as_slice())
+        {
+            rendered.push(ids);
+        }
+    }
+    let per_seq = settings.max_prompt_tokens + settings.max_new_tokens;
+    let config = EngineConfig {
+        max_running: settings.concurrency,
+        max_queued: rendered.len().max(1),
+        max_total_tokens: (settings.concurrency * per_seq).next_multiple_of(16),
+        chunked_prefill_size: 2048,
+        context_length: model.config.context_length,
+        block_size: kvcache::DEFAULT_BLOCK_SIZE,
+        speculative: None,
+        prefix_cache: true,
+        schedule_policy: Default::default(),
+        host_cache_blocks: 0,
+        hicache_storage_dir: None,
+        model_fingerprint: String::new(),
+    };
+    let eog = tokenizer.eog_ids().to_vec();
+    let handle = engine::start(model, None, config, eog).context("cannot start the engine")?;
+    if rendered.is_empty() {
+        return Ok(0);
+    }
+    let bar = ProgressBar::new(rendered.len() as u64).with_style(
+        ProgressStyle::with_template("answers {bar:40} {pos}/{len} [{elapsed} < {eta}]")
+            .expect("a valid template"),
+    );
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, prompt) in rendered.into_iter().enumerate() {
+        let request = GenerateRequest {
+            prompt: prompt.clone(),
+            max_tokens: settings.max_new_tokens,
+            sampling: SamplingParams {
+                temperature: settings.temperature,
+                seed: settings.seed.wrapping_add(i as u64),
+                ..SamplingParams::default()
+            },
+            ignore_eos: false,
+            stop_token_ids: Vec::new(),
+            logprobs: None,
+            scripted: Vec::new(),
+        };
+        let mut stream = handle.submit(request)?;
+        tasks.spawn(async move {
+            let mut answer = Vec::new();
+            while let Some(event) = stream.events.recv().await {
+                match event {
+                    TokenEvent::Token { id, .. } => answer.push(id),
+                    TokenEvent::Finished { .. } => break,
+                    TokenEvent::Failed(f) => bail!("a generation failed: {f}"),
+                    TokenEvent::Admitted { .. } => {}
+                }
+            }
+            anyhow::Ok(Sample { prompt, answer })
+        });
+    }
+    let mut written = 0;
+    while let Some(done) = tasks.join_next().await {
+        let sample = done??;
+        writeln!(file, "{}", serde_json::to_string(&sample)?)?;
+        written += 1;
+        bar.inc(1);
+    }
+    bar.finish();
+    Ok(written)
+}

@@ -1,0 +1,156 @@
+//! `specula train-draft`: an EAGLE-3 head for a target, trained on this machine. Three stages in
+//! one work folder, each resumable: the target answers ShareGPT's first turns (self-distillation:
+//! `sequences.jsonl`), the runtime captures the streams the head reads (`features/`), and the
+//! trainer fits the head with EAGLE-3's training-time test (`head/`, in SGLang's layout).
+
+mod answers;
+mod features;
+mod trainer;
+
+use crate::Failure;
+use anyhow::{Context, anyhow, bail};
+use clap::Args;
+use model::Model;
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+pub struct TrainDraftArgs {
+    /// The target: a GGUF file or a model name [default: SmolLM2-135M-Instruct Q4_1].
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// The work folder (data, streams, checkpoints); the head is written to OUTPUT/head.
+    #[arg(long)]
+    output: PathBuf,
+    /// Prompts: `sharegpt` (first turns of ShareGPT V3) or a ShareGPT .json / .jsonl file.
+    #[arg(long, default_value = "sharegpt")]
+    dataset: String,
+    /// Prompts answered for training.
+    #[arg(long, default_value_t = 2000)]
+    num_prompts: usize,
+    /// Prompts after those, kept out of training: written to OUTPUT/held_out.jsonl for
+    /// `specula bench --dataset`.
+    #[arg(long, default_value_t = 200)]
+    held_out: usize,
+    /// Prompts rendering longer than this are skipped.
+    #[arg(long, default_value_t = 512)]
+    max_prompt_tokens: usize,
+    /// Longest answer.
+    #[arg(long, default_value_t = 256)]
+    max_new_tokens: usize,
+    /// Sampling temperature of the answers.
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f32,
+    /// Requests answered at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Bound on the captured streams kept on disk, in GB.
+    #[arg(long, default_value_t = 8.0)]
+    max_feature_gb: f64,
+    #[command(flatten)]
+    train: trainer::TrainSettings,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub async fn run(args: TrainDraftArgs) -> Result<(), Failure> {
+    if args.num_prompts == 0 {
+        return Err(anyhow!("--num-prompts must be at least 1").into());
+    }
+    if args.max_feature_gb.is_nan() || args.max_feature_gb <= 0.0 {
+        return Err(anyhow!("--max-feature-gb must be positive").into());
+    }
+    args.train.check()?;
+    let path = crate::models::resolve(args.model.as_deref())?;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let samples = answer_stage(&args, &path).await?;
+    let features = args.output.join("features");
+    features_stage(&args, &path, &samples, &features)?;
+    trainer::train(&features, &args.output, &args.train, args.seed)?;
+    println!("head written to {}", args.output.join("head").display());
+    Ok(())
+}
+
+/// The prompts, in file order: the first `num_prompts` for training, the next `held_out` kept.
+async fn prompts(args: &TrainDraftArgs) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let file = if args.dataset == "sharegpt" {
+        tokio::task::spawn_blocking(crate::assets::sharegpt_path).await??
+    } else {
+        PathBuf::from(&args.dataset)
+    };
+    let (prompts, _) = bench::workload::load_file(&file)?;
+    let texts: Vec<String> = prompts.iter().map(|p| p.text()).collect();
+    if texts.len() < args.num_prompts {
+        bail!(
+            "{} has {} prompts; --num-prompts asks for {}",
+            file.display(),
+            texts.len(),
+            args.num_prompts
+        );
+    }
+    let held = texts[args.num_prompts..]
+        .iter()
+        .take(args.held_out)
+        .cloned()
+        .collect();
+    Ok((texts[..args.num_prompts].to_vec(), held))
+}
+
+/// Stage 1: the target's answers (resumed where a previous run stopped).
+async fn answer_stage(args: &TrainDraftArgs, model: &Path) -> anyhow::Result<Vec<answers::Sample>> {
+    let out = args.output.join("sequences.jsonl");
+    let (train, held) = prompts(args).await?;
+    let held_path = args.output.join("held_out.jsonl");
+    let lines: Vec<String> = held
+        .iter()
+        .map(|p| serde_json::json!({"prompt": p}).to_string())
+        .collect();
+    std::fs::write(&held_path, lines.join("\n") + "\n")?;
+    // Resume: answers are appended in completion order, so every prompt is rendered again and
+    // those already answered are skipped by their tokens.
+    let done = answers::read_samples(&out)?;
+    let settings = answers::AnswerSettings {
+        max_prompt_tokens: args.max_prompt_tokens,
+        max_new_tokens: args.max_new_tokens,
+        temperature: args.temperature,
+        concurrency: args.concurrency,
+        seed: args.seed,
+    };
+    if done.len() < train.len() {
+        eprintln!(
+            "answering up to {} prompts with the target ...",
+            train.len() - done.len()
+        );
+        answers::generate(model, &train, settings, &done, &out).await?;
+    }
+    answers::read_samples(&out)
+}
+
+/// Stage 2: the streams (skipped when `features/meta.json` says they are complete).
+fn features_stage(
+    args: &TrainDraftArgs,
+    path: &Path,
+    samples: &[answers::Sample],
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let meta_path = dir.join("meta.json");
+    if meta_path.is_file() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut model = Model::load(path).with_context(|| format!("cannot load {}", path.display()))?;
+    // The head reads what the engine captures: the same activation mode as `serve`'s default.
+    model.activations = kernels::quant::ActMode::default();
+    let layers = speculative::eagle3::default_capture_layers(model.config.n_layers)
+        .ok_or_else(|| anyhow!("a target of under 4 layers cannot have an EAGLE-3 head"))?;
+    features::write_target(&model, &dir.join("target.safetensors"))?;
+    let max_bytes = (args.max_feature_gb * 1e9) as usize;
+    eprintln!(
+        "capturing the target's streams of {} samples ...",
+        samples.len()
+    );
+    let tokens = features::write_shards(&model, samples, layers, dir, max_bytes)?;
+    let meta = features::meta(&model, layers, tokens);
+    std::fs::write(&meta_path, serde_json::to_string_pretty(&meta)?)?;
+    Ok(())
+}

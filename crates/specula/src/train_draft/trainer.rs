@@ -1,0 +1,269 @@
+//! Stage 3: the trainer (`train/eagle3_train.py`, JAX on the CPU: the fastest of the tools
+//! measured here, see BENCHMARKS.md) run in its own virtual environment with pinned packages,
+//! its progress lines shown as a bar, its per-epoch metrics drawn as an SVG, and the head it
+//! writes loaded back as the server would load it.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+use serde::Deserialize;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The trainer and its pinned requirements, built into the binary so that it runs anywhere.
+const SCRIPT: &str = include_str!("../../../../train/eagle3_train.py");
+const REQUIREMENTS: &str = include_str!("../../../../train/requirements.txt");
+
+/// The training settings (SpecForge's names where it has them).
+#[derive(Args, Debug, Clone)]
+pub struct TrainSettings {
+    /// Rows of the head's output layer: the most frequent answer tokens.
+    #[arg(long, default_value_t = 8192)]
+    pub draft_vocab_size: usize,
+    /// Passes over the data.
+    #[arg(long, default_value_t = 2)]
+    pub num_epochs: usize,
+    /// Steps the head is unrolled on its own outputs in training (EAGLE-3's training-time test).
+    #[arg(long, default_value_t = 5)]
+    pub ttt_length: usize,
+    /// Peak learning rate (AdamW; warmup then cosine decay).
+    #[arg(long, default_value_t = 1e-3)]
+    pub learning_rate: f64,
+    /// Tokens per optimizer step.
+    #[arg(long, default_value_t = 2048)]
+    pub batch_tokens: usize,
+    /// Python interpreter that makes the trainer's virtual environment.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+}
+
+impl TrainSettings {
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (flag, v) in [
+            ("--draft-vocab-size", self.draft_vocab_size),
+            ("--num-epochs", self.num_epochs),
+            ("--ttt-length", self.ttt_length),
+            ("--batch-tokens", self.batch_tokens),
+        ] {
+            if v == 0 {
+                bail!("{flag} must be at least 1");
+            }
+        }
+        if !self.learning_rate.is_finite() || self.learning_rate <= 0.0 {
+            bail!("--learning-rate must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// One line the trainer prints.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum Progress {
+    Start { steps: u64, tokens: u64 },
+    Step { step: u64, loss: f64 },
+    Epoch(EpochMetrics),
+    Done,
+}
+
+/// An epoch's figures.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct EpochMetrics {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub held_out_loss: f64,
+    /// Mean tokens a verification would emit with a chain of `ttt_length` drafts (greedy).
+    pub held_out_acceptance: f64,
+    pub tokens_per_second: f64,
+}
+
+/// A virtual environment with the trainer's requirements, made once per requirements text.
+fn venv(python: &str) -> anyhow::Result<PathBuf> {
+    let hash = kvcache::fnv1a(kvcache::FNV_OFFSET, REQUIREMENTS.as_bytes());
+    let dir = crate::assets::cache_home()?.join(format!("venvs/train-{hash:016x}"));
+    let py = dir.join("bin/python");
+    if py.is_file() && dir.join("ready").is_file() {
+        return Ok(py);
+    }
+    eprintln!("making the trainer's environment in {} ...", dir.display());
+    let status = Command::new(python)
+        .args(["-m", "venv"])
+        .arg(&dir)
+        .status()
+        .with_context(|| format!("cannot run {python}"))?;
+    if !status.success() {
+        bail!("{python} -m venv failed");
+    }
+    let reqs = dir.join("requirements.txt");
+    std::fs::write(&reqs, REQUIREMENTS)?;
+    let status = Command::new(&py)
+        .args(["-m", "pip", "install", "--quiet", "-r"])
+        .arg(&reqs)
+        .status()?;
+    if !status.success() {
+        bail!(
+            "cannot install the trainer's packages (pip install -r {})",
+            reqs.display()
+        );
+    }
+    std::fs::write(dir.join("ready"), "")?;
+    Ok(py)
+}
+
+/// Trains on the streams in `features` into `work/head`; resumes from `work/checkpoint`.
+pub fn train(
+    features: &Path,
+    work: &Path,
+    settings: &TrainSettings,
+    seed: u64,
+) -> anyhow::Result<Vec<EpochMetrics>> {
+    let py = venv(&settings.python)?;
+    let script = work.join("eagle3_train.py");
+    std::fs::write(&script, SCRIPT)?;
+    let mut child = Command::new(py)
+        .arg(&script)
+        .arg("--features")
+        .arg(features)
+        .arg("--work")
+        .arg(work)
+        .args([
+            "--draft-vocab-size",
+            &settings.draft_vocab_size.to_string(),
+            "--num-epochs",
+            &settings.num_epochs.to_string(),
+            "--ttt-length",
+            &settings.ttt_length.to_string(),
+            "--learning-rate",
+            &settings.learning_rate.to_string(),
+            "--batch-tokens",
+            &settings.batch_tokens.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("cannot start the trainer")?;
+    let stdout = child.stdout.take().expect("piped");
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template(
+            "training {bar:40} {pos}/{len} steps {msg} [{elapsed} < {eta}]",
+        )
+        .expect("a valid template"),
+    );
+    let mut epochs = Vec::new();
+    let mut done = false;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        match serde_json::from_str::<Progress>(&line) {
+            Ok(Progress::Start { steps, tokens }) => {
+                bar.set_length(steps);
+                bar.suspend(|| eprintln!("{tokens} training tokens, {steps} optimizer steps"));
+            }
+            Ok(Progress::Step { step, loss }) => {
+                bar.set_position(step);
+                bar.set_message(format!("loss {loss:.3}"));
+            }
+            Ok(Progress::Epoch(m)) => {
+                bar.suspend(|| {
+                    eprintln!(
+                        "epoch {}: train loss {:.3}, held-out loss {:.3}, acceptance length \
+                         {:.2}, {:.0} tokens/s",
+                        m.epoch,
+                        m.train_loss,
+                        m.held_out_loss,
+                        m.held_out_acceptance,
+                        m.tokens_per_second
+                    )
+                });
+                epochs.push(m);
+            }
+            Ok(Progress::Done) => done = true,
+            Err(_) => bar.suspend(|| eprintln!("{line}")),
+        }
+    }
+    let status = child.wait()?;
+    bar.finish();
+    if !status.success() || !done {
+        bail!("the trainer failed ({status})");
+    }
+    // A resumed run reports only the epochs it ran: the earlier ones come from the last file.
+    let path = work.join("metrics.json");
+    let earlier: Vec<EpochMetrics> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let first = epochs.first().map_or(usize::MAX, |e| e.epoch);
+    let mut epochs: Vec<EpochMetrics> = earlier
+        .into_iter()
+        .filter(|e| e.epoch < first)
+        .chain(epochs)
+        .collect();
+    epochs.sort_by_key(|e| e.epoch);
+    std::fs::write(&path, serde_json::to_string_pretty(&epochs)?)?;
+    if !epochs.is_empty() {
+        plot(&epochs, &work.join("training.svg"))?;
+    }
+    Ok(epochs)
+}
+
+/// Loss (train and held out) and held-out acceptance length per epoch, side by side.
+fn plot(epochs: &[EpochMetrics], path: &Path) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (960, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(480);
+    let last = epochs.last().map_or(1, |e| e.epoch).max(1);
+    let xs = 0f64..last as f64 + 0.5;
+    let max_loss = epochs
+        .iter()
+        .map(|e| e.train_loss.max(e.held_out_loss))
+        .fold(0.0, f64::max);
+    let mut chart = ChartBuilder::on(&left)
+        .caption("loss per epoch", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(xs.clone(), 0f64..max_loss * 1.1)?;
+    chart.configure_mesh().x_desc("epoch").draw()?;
+    for (name, color, get) in [
+        (
+            "train",
+            BLUE,
+            (|e: &EpochMetrics| e.train_loss) as fn(&EpochMetrics) -> f64,
+        ),
+        ("held out", RED, |e: &EpochMetrics| e.held_out_loss),
+    ] {
+        chart
+            .draw_series(LineSeries::new(
+                epochs.iter().map(|e| (e.epoch as f64, get(e))),
+                color,
+            ))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE)
+        .draw()?;
+    let max_acc = epochs
+        .iter()
+        .map(|e| e.held_out_acceptance)
+        .fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(&right)
+        .caption("held-out acceptance length", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(xs, 1f64..max_acc * 1.1)?;
+    chart.configure_mesh().x_desc("epoch").draw()?;
+    chart.draw_series(LineSeries::new(
+        epochs
+            .iter()
+            .map(|e| (e.epoch as f64, e.held_out_acceptance)),
+        GREEN,
+    ))?;
+    root.present()?;
+    Ok(())
+}

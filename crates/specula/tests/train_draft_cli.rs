@@ -1,0 +1,106 @@
+//! `specula train-draft` end to end on a tiny set: the target answers a dozen prompts, its
+//! streams are captured, the trainer (in its own environment) lowers the loss over a few epochs,
+//! and the head it writes loads as the server loads one; a rerun resumes from the checkpoint;
+//! bad settings are one-line errors.
+
+mod common;
+
+use speculative::eagle3::{Eagle3Head, TargetShape};
+use std::path::PathBuf;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_specula");
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sharegpt_small.json")
+}
+
+fn train(output: &std::path::Path, epochs: &str) -> std::process::Output {
+    Command::new(BIN)
+        .args(["train-draft", "--model"])
+        .arg(common::model_path())
+        .arg("--output")
+        .arg(output)
+        .arg("--dataset")
+        .arg(fixture())
+        .args([
+            "--num-prompts",
+            "10",
+            "--held-out",
+            "2",
+            "--max-new-tokens",
+            "32",
+            "--draft-vocab-size",
+            "1024",
+            "--batch-tokens",
+            "512",
+            "--ttt-length",
+            "3",
+            "--num-epochs",
+            epochs,
+        ])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_tiny_training_run_lowers_the_loss_and_writes_a_head_that_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = train(dir.path(), "4");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("metrics.json")).unwrap())
+            .unwrap();
+    let losses: Vec<f64> = metrics
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["train_loss"].as_f64().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 4, "{metrics}");
+    assert!(losses[3] < losses[0], "the loss did not fall: {losses:?}");
+    assert!(dir.path().join("training.svg").is_file());
+    let lines = std::fs::read_to_string(dir.path().join("held_out.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 2);
+    let target = TargetShape {
+        n_layers: 30,
+        hidden: 576,
+        vocab: 49_152,
+    };
+    let head = Eagle3Head::load(&dir.path().join("head"), target).unwrap();
+    assert_eq!(head.config.draft_vocab, 1024);
+    assert_eq!(head.config.capture_layers, [2, 15, 27]);
+    // A rerun resumes from the checkpoint instead of training again.
+    let again = train(dir.path(), "4");
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(stderr.contains("resuming from"), "{stderr}");
+    assert!(stderr.contains("epoch 4:"), "{stderr}");
+}
+
+#[test]
+fn bad_settings_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, value, says) in [
+        ("--num-prompts", "0", "--num-prompts must be at least 1"),
+        ("--ttt-length", "0", "--ttt-length must be at least 1"),
+        ("--learning-rate", "0", "--learning-rate must be positive"),
+        ("--num-prompts", "100", "has 12 prompts"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["train-draft", "--model"])
+            .arg(common::model_path())
+            .arg("--output")
+            .arg(dir.path())
+            .arg("--dataset")
+            .arg(fixture())
+            .args([flag, value])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains(says), "{flag} {value}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
