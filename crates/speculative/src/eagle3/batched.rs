@@ -151,27 +151,6 @@ impl BatchedHead {
         }
     }
 
-    /// Bytes the matrices take.
-    pub fn bytes(&self) -> usize {
-        [
-            &self.fc,
-            &self.wq,
-            &self.wk,
-            &self.wv,
-            &self.wo,
-            &self.gate,
-            &self.up,
-            &self.down,
-            &self.lm_head,
-        ]
-        .iter()
-        .map(|p| match &p.form {
-            Form::Q8 { data, packed } => data.len() + packed.as_ref().map_or(0, |p| p.bytes()),
-            Form::F32(w) => w.len() * 4,
-        })
-        .sum()
-    }
-
     /// The first half of the layer for `positions.len()` rows: `embeddings` (`hidden` values a
     /// row) and `features` (all captured states, `3 × target_hidden` a row, or all carries).
     pub fn project(

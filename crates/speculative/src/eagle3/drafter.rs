@@ -230,13 +230,6 @@ impl Eagle3Drafter {
         }
     }
 
-    /// Bytes the head's KV store and its matrices take.
-    pub fn bytes(&self) -> usize {
-        (self.store.keys.len() + self.store.values.len()) * 4
-            + self.store.stamps.len() * 8
-            + self.batched.bytes()
-    }
-
     fn embed(&self, token: u32) -> Vec<f32> {
         match &self.head.embed {
             Some(e) => e.data[token as usize * e.cols..(token as usize + 1) * e.cols].to_vec(),
