@@ -361,13 +361,33 @@ def full_argmax(shards, lm_head):
     return np.concatenate(out).astype(np.int64)
 
 
-def load_data(features, meta, target):
+def cached_argmax(features, work, shards, lm_head):
+    """full_argmax, kept in work/argmax.npz beside the shards' names and sizes it was computed
+    from (on a large set it takes a sizeable part of an epoch); recomputed when they differ."""
+    key = json.dumps(sorted((p.name, p.stat().st_size)
+                            for p in features.glob("shard-*.safetensors")))
+    path = work / "argmax.npz"
+    try:
+        with np.load(path) as f:
+            if str(f["key"]) == key:
+                return f["argmax"]
+    except (OSError, KeyError, ValueError):
+        pass
+    log(f"computing the target's argmax over {sum(s['input_ids'].shape[0] for s in shards)} "
+        "tokens")
+    top = full_argmax(shards, lm_head)
+    work.mkdir(parents=True, exist_ok=True)
+    np.savez(work / "argmax.tmp.npz", key=np.array(key), argmax=top)
+    os.replace(work / "argmax.tmp.npz", path)
+    return top
+
+
+def load_data(features, work, meta, target):
     """The shards as Data, and the sequences split into (training, held-out) Pieces."""
     shards, sequences = load_shards(features, meta)
-    log(f"computing the target's argmax over {sum(p.length for p in sequences)} tokens")
     data = Data(ids=np.concatenate([s["input_ids"] for s in shards]).astype(np.int64),
                 loss_mask=np.concatenate([s["loss_mask"] for s in shards]).astype(bool),
-                argmax=full_argmax(shards, target["lm_head"]),
+                argmax=cached_argmax(features, work, shards, target["lm_head"]),
                 aux=[s["aux"] for s in shards], target=[s["target"] for s in shards])
     held = max(1, round(HELD_OUT_FRACTION * len(sequences)))
     return data, sequences[:-held], sequences[-held:]
@@ -404,12 +424,15 @@ def pack(pieces, order, size):
     return batches + [current] if current else batches
 
 
-def make_batch(data, pieces, size, ttt, in_draft):
+def make_batch(data, pieces, size, ttt, in_draft, answers_only):
     """A packed batch: the arrays the compiled steps take, and host-side arrays for acceptance.
 
     Rows 0..size-1 are the packed tokens (padding after); per-token arrays run ttt + 1 further so
     that step i reads row j + 1 + i with a fixed slice. counted[i, j] says whether row j's loss
-    at step i counts.
+    at step i counts: its predicted token is in the sequence and in the draft vocabulary, and,
+    if answers_only, in the answer. Training counts the prompt's rows too: the target's
+    distribution there is as much its own as in the answer, and they nearly double what a step
+    learns from.
     """
     reach = size + ttt + 1
     H = data.target[0].shape[1]
@@ -428,7 +451,7 @@ def make_batch(data, pieces, size, ttt, in_draft):
         pos[rows], seg[rows], length[rows] = np.arange(p.length), n, p.length
         at += p.length
     j = np.arange(size)
-    counted = np.stack([(pos + 2 + i <= length - 1) & answer[j + 2 + i]
+    counted = np.stack([(pos + 2 + i <= length - 1) & (answer[j + 2 + i] | (not answers_only))
                         & in_draft[argmax[j + 1 + i]] for i in range(ttt)]).astype(np.float32)
     device = {"aux": aux, "target": final, "ids": ids.astype(np.int32), "pos": pos, "seg": seg,
               "counted": counted}
@@ -586,7 +609,7 @@ class Trainer:
         self.shape = Shape(meta["hidden_size"], meta["intermediate_size"],
                            meta["num_attention_heads"], meta["num_key_value_heads"],
                            meta["head_dim"], float(meta["rms_norm_eps"]), float(meta["rope_theta"]))
-        self.data, train, held = load_data(features, meta, target)
+        self.data, train, held = load_data(features, self.work, meta, target)
         self.train, self.held = cut(train, args.batch_tokens), cut(held, args.batch_tokens)
         if not self.train or not self.held:
             raise Fail("no training or no held-out sequence of 3 tokens or more")
@@ -626,10 +649,10 @@ class Trainer:
             state = params, self.optimizer.init(params), used, progress
         self.params, self.opt_state, self.used, self.progress = state
 
-    def batch(self, pieces):
-        """make_batch with this run's sizes."""
+    def batch(self, pieces, answers_only=True):
+        """make_batch with this run's sizes (loss on answers only, or on every row)."""
         return make_batch(self.data, pieces, self.args.batch_tokens, self.args.ttt_length,
-                          self.in_draft)
+                          self.in_draft, answers_only)
 
     def checkpoint(self):
         """Saves the checkpoint."""
@@ -642,7 +665,7 @@ class Trainer:
         tokens, window, start = 0, [], time.monotonic()
         saved = start
         for b in range(p["batch"], len(plan)):
-            device, host = self.batch([self.train[i] for i in plan[b]])
+            device, host = self.batch([self.train[i] for i in plan[b]], answers_only=False)
             self.params, self.opt_state, loss = self.train_step(
                 self.params, self.opt_state, device, self.frozen)
             loss = float(loss)

@@ -2,11 +2,13 @@
 //! written here for the default model) drafts chains and trees, and the greedy output is token
 //! for token plain decoding's, one request at a time and eight joining mid-way; the built-in head
 //! serves the default model with no path given; a head that does not fit the target, or none for
-//! a model without a built-in one, is a one-line start-up error.
+//! a model without a built-in one, is a one-line start-up error; sampled output has plain
+//! decoding's distribution.
 
 mod common;
 
 use common::server::{Server, metric, post};
+use common::stats::{same_distribution, sample_prefixes};
 use serde_json::{Value, json};
 use speculative::eagle3::{Eagle3Config, Eagle3Head, TargetShape, WeightDtype};
 use std::path::Path;
@@ -123,6 +125,33 @@ async fn an_eagle3_head_gives_the_same_greedy_output_in_chains_and_trees() {
         assert!(drafted > 100.0, "{extra:?}: {drafted} drafts");
         assert_eq!(metric(&spec, "kv_blocks_used").await, 0.0);
     }
+}
+
+#[tokio::test]
+async fn sampled_output_with_eagle3_trees_has_the_same_distribution() {
+    // The built-in head's trees (two candidates a node): the first three tokens at temperature
+    // 1, 2,080 samples from each server, the same distribution by a χ² test.
+    let body = json!({"prompt": "The three most useful things to know about the sea are",
+                      "max_tokens": 4, "n": 16, "temperature": 1.0, "ignore_eos": true,
+                      "logprobs": 0});
+    let plain = Server::start(&[]);
+    let a = sample_prefixes(&plain.url("/v1/completions"), &body, 13, 3).await;
+    drop(plain);
+    let spec = Server::start(&[
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-eagle-topk",
+        "2",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]);
+    let b = sample_prefixes(&spec.url("/v1/completions"), &body, 13, 3).await;
+    let accepted = metric(&spec, "spec_accepted_tokens_total").await;
+    assert!(accepted > 100.0, "{accepted} accepted");
+    assert!(accepted < metric(&spec, "spec_draft_tokens_total").await);
+    same_distribution(&a, &b);
 }
 
 /// Runs `specula serve` with `args` until it exits; its stderr.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 mod common;
 use common::model_path;
 use common::server::*;
+use common::stats::{same_distribution, sample_prefixes};
 
 const BIN: &str = env!("CARGO_BIN_EXE_specula");
 
@@ -173,7 +174,8 @@ async fn sixty_four_simultaneous_streams_complete_with_correct_usage() {
 async fn dropped_streams_free_their_kv_blocks() {
     let model = model_path();
     let model = model.to_str().unwrap();
-    // Without speculation, with prompt-lookup trees, with a draft model (its KV too): clients
+    // Without speculation, with prompt-lookup trees, with a draft model or an EAGLE-3 head
+    // (their KV too): clients
     // that go away mid-generation (mid-verification, with speculation) leave nothing behind.
     for flags in [
         &[][..],
@@ -189,6 +191,8 @@ async fn dropped_streams_free_their_kv_blocks() {
             "--speculative-draft-model-path",
             model,
         ][..],
+        // The built-in EAGLE-3 head keeps its KV on the target's blocks.
+        &["--speculative-algorithm", "EAGLE3"][..],
     ] {
         let s = Server::start(flags);
         abandon_requests_and_check_blocks(&s).await;
@@ -750,62 +754,6 @@ async fn a_draft_model_gives_the_same_greedy_output_and_drafts_for_itself_perfec
     assert_eq!(metric(&tree, "kv_blocks_used").await, 0.0);
 }
 
-/// ln Γ(x), Lanczos (g = 7, 9 terms).
-fn ln_gamma(x: f64) -> f64 {
-    const C: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    let x = x - 1.0;
-    let t = x + 7.5;
-    let series: f64 = C[0] + (1..9).map(|i| C[i] / (x + i as f64)).sum::<f64>();
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + series.ln()
-}
-
-/// The chi-square upper tail, Q(df/2, x/2) (series or continued fraction, as usual).
-fn chi2_upper_tail(x: f64, df: f64) -> f64 {
-    let (a, x) = (df / 2.0, x / 2.0);
-    if x <= 0.0 {
-        return 1.0;
-    }
-    let front = (-x + a * x.ln() - ln_gamma(a)).exp();
-    if x < a + 1.0 {
-        let (mut term, mut sum, mut n) = (1.0 / a, 1.0 / a, a);
-        for _ in 0..500 {
-            n += 1.0;
-            term *= x / n;
-            sum += term;
-        }
-        1.0 - front * sum
-    } else {
-        let (mut b, mut c, mut d) = (x + 1.0 - a, 1e300, 1.0 / (x + 1.0 - a));
-        let mut h = d;
-        for i in 1..500 {
-            let an = -(i as f64) * (i as f64 - a);
-            b += 2.0;
-            d = 1.0 / (an * d + b);
-            c = b + an / c;
-            h *= d * c;
-        }
-        front * h
-    }
-}
-
-#[test]
-fn the_chi_square_tail_is_right() {
-    // Known values: P(χ²₁ > 3.841) = 0.05, P(χ²₁₀ > 18.307) = 0.05, P(χ²₄ > 1.0636) = 0.9.
-    assert!((chi2_upper_tail(3.841, 1.0) - 0.05).abs() < 1e-3);
-    assert!((chi2_upper_tail(18.307, 10.0) - 0.05).abs() < 1e-3);
-    assert!((chi2_upper_tail(1.0636, 4.0) - 0.9).abs() < 1e-3);
-}
-
 #[tokio::test]
 async fn sampled_output_with_speculation_has_the_same_distribution() {
     let plain = Server::start(&[]);
@@ -820,40 +768,13 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
         "3",
     ]);
     let prompt = "9 5 1 7 5 1 8 5 1";
-    // 2,080 samples of the first 3 tokens from each server (unique seeds).
-    let sample = |url: String| async move {
-        let mut counts: std::collections::HashMap<String, usize> = Default::default();
-        // Ten requests (160 sequences) at a time: within the server's admission capacity.
-        for wave in 0..13u64 {
-            let tasks: Vec<_> = (0..10u64)
-                .map(|j| {
-                    let (url, seed) = (url.clone(), (wave * 10 + j) * 16);
-                    tokio::spawn(async move {
-                        // Four tokens, so that two drafts (a branching tree) can be verified
-                        // before the last; the outcome is the first three.
-                        let body = json!({"prompt": prompt, "max_tokens": 4, "n": 16,
-                                          "seed": seed, "temperature": 1.0, "ignore_eos": true,
-                                          "logprobs": 0});
-                        post(&url, body).await
-                    })
-                })
-                .collect();
-            for t in tasks {
-                let (status, v) = t.await.unwrap();
-                assert_eq!(status, 200, "{v}");
-                for c in v["choices"].as_array().unwrap() {
-                    let tokens: Vec<&str> = c["logprobs"]["tokens"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|t| t.as_str().unwrap())
-                        .collect();
-                    assert_eq!(tokens.len(), 4, "{c}");
-                    *counts.entry(tokens[..3].join("\u{1}")).or_default() += 1;
-                }
-            }
-        }
-        counts
+    // 2,080 samples of the first 3 tokens from each server. Four tokens each, so that two
+    // drafts (a branching tree) can be verified before the last.
+    let body = json!({"prompt": prompt, "max_tokens": 4, "n": 16, "temperature": 1.0,
+                      "ignore_eos": true, "logprobs": 0});
+    let sample = |url: String| {
+        let body = body.clone();
+        async move { sample_prefixes(&url, &body, 13, 3).await }
     };
     let a = sample(plain.url("/v1/completions")).await;
     let b = sample(spec.url("/v1/completions")).await;
@@ -866,55 +787,6 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
     let branched = metric(&spec, "spec_tree_verifications_total").await;
     assert!(branched > 100.0, "{branched} verifications had branches");
     same_distribution(&a, &b);
-}
-
-/// Asserts that two samples of outcomes could come from one distribution (χ² homogeneity,
-/// p > 0.01).
-fn same_distribution(
-    a: &std::collections::HashMap<String, usize>,
-    b: &std::collections::HashMap<String, usize>,
-) {
-    // Homogeneity test over the outcomes seen at least 10 times in all; the rest pooled.
-    let (na, nb) = (
-        a.values().sum::<usize>() as f64,
-        b.values().sum::<usize>() as f64,
-    );
-    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    let mut cells: Vec<(f64, f64)> = Vec::new();
-    let mut other = (0.0, 0.0);
-    for k in keys {
-        let (x, y) = (
-            *a.get(k).unwrap_or(&0) as f64,
-            *b.get(k).unwrap_or(&0) as f64,
-        );
-        if x + y >= 10.0 {
-            cells.push((x, y));
-        } else {
-            other.0 += x;
-            other.1 += y;
-        }
-    }
-    if other.0 + other.1 > 0.0 {
-        cells.push(other);
-    }
-    assert!(cells.len() >= 3, "too few outcomes to test: {cells:?}");
-    let total = na + nb;
-    let stat: f64 = cells
-        .iter()
-        .map(|&(x, y)| {
-            let col = x + y;
-            let (ea, eb) = (col * na / total, col * nb / total);
-            (x - ea).powi(2) / ea + (y - eb).powi(2) / eb
-        })
-        .sum();
-    let p = chi2_upper_tail(stat, (cells.len() - 1) as f64);
-    assert!(
-        p > 0.01,
-        "χ² = {stat:.1} over {} cells: p = {p:.4}",
-        cells.len()
-    );
 }
 
 /// A system prompt of about `words` tokens (common words are one token each).

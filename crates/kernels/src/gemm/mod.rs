@@ -46,6 +46,7 @@ impl<'a> QMatrix<'a> {
         let row_bytes = dtype.bytes_for(cols);
         let total = row_bytes.and_then(|r| r.checked_mul(rows));
         match (row_bytes, total) {
+            _ if dtype.is_integer() => Err(QuantError::NotWeights(dtype)),
             (Some(row_bytes), Some(total))
                 if total == data.len() && cols.is_multiple_of(ACT_BLOCK) =>
             {

@@ -50,6 +50,11 @@ pub fn dequantize(dtype: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), 
         GgmlType::Q2_K | GgmlType::Q3_K => blocks.for_each(|(b, y)| k_sub_blocks(dtype, b, y)),
         GgmlType::IQ4_NL => blocks.for_each(|(b, y)| iq4_nl(b, y)),
         GgmlType::IQ4_XS => blocks.for_each(|(b, y)| iq4_xs(b, y)),
+        GgmlType::I32 => {
+            blocks.for_each(|(b, y)| y[0] = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
+        }
+        GgmlType::I64 => blocks
+            .for_each(|(b, y)| y[0] = i64::from_le_bytes(b.try_into().expect("8 bytes")) as f32),
     }
     Ok(())
 }

@@ -21,4 +21,6 @@ pub enum QuantError {
         bytes: usize,
         values: usize,
     },
+    #[error("{0} tensors hold integers, not weights")]
+    NotWeights(GgmlType),
 }

@@ -25,6 +25,9 @@ pub enum GgmlType {
     /// IQ4_NL's values with a 6-bit scale per 32 under an f16 scale per 256.
     IQ4_XS,
     BF16,
+    /// Integers (index tensors such as an EAGLE-3 head's `d2t`), never weights of a product.
+    I32,
+    I64,
 }
 
 impl GgmlType {
@@ -47,6 +50,8 @@ impl GgmlType {
             15 => Self::Q8_K,
             20 => Self::IQ4_NL,
             23 => Self::IQ4_XS,
+            26 => Self::I32,
+            27 => Self::I64,
             30 => Self::BF16,
             _ => return None,
         })
@@ -71,6 +76,8 @@ impl GgmlType {
             Self::IQ4_NL => 20,
             Self::IQ4_XS => 23,
             Self::BF16 => 30,
+            Self::I32 => 26,
+            Self::I64 => 27,
         }
     }
 
@@ -86,8 +93,6 @@ impl GgmlType {
             22 => "IQ2_S",
             24 => "I8",
             25 => "I16",
-            26 => "I32",
-            27 => "I64",
             28 => "F64",
             29 => "IQ1_M",
             34 => "TQ1_0",
@@ -97,10 +102,15 @@ impl GgmlType {
         })
     }
 
+    /// An integer type (indices, not weights).
+    pub fn is_integer(self) -> bool {
+        matches!(self, Self::I32 | Self::I64)
+    }
+
     /// Values per block.
     pub fn block_size(self) -> usize {
         match self {
-            Self::F32 | Self::F16 | Self::BF16 => 1,
+            Self::F32 | Self::F16 | Self::BF16 | Self::I32 | Self::I64 => 1,
             Self::Q4_0
             | Self::Q4_1
             | Self::Q5_0
@@ -121,7 +131,8 @@ impl GgmlType {
     /// Bytes per block.
     pub fn type_size(self) -> usize {
         match self {
-            Self::F32 => 4,
+            Self::F32 | Self::I32 => 4,
+            Self::I64 => 8,
             Self::F16 | Self::BF16 => 2,
             Self::Q4_0 => 18,
             Self::Q4_1 => 20,

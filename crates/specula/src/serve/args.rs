@@ -67,13 +67,14 @@ pub struct ServeArgs {
     /// Seconds to finish in-flight requests after SIGTERM/SIGINT.
     #[arg(long, default_value = "30")]
     pub shutdown_timeout: Option<u64>,
-    /// Speculative decoding: NONE, NGRAM (prompt lookup) or STANDALONE (a draft model, given
-    /// by --speculative-draft-model-path).
+    /// Speculative decoding: NONE, NGRAM (prompt lookup), STANDALONE (a draft model, given by
+    /// --speculative-draft-model-path) or EAGLE3 (a head: the given one, or the built-in one).
     #[arg(long, value_enum, ignore_case = true, default_value = "NONE")]
     #[serde(with = "opt_named")]
     pub speculative_algorithm: Option<speculative::Algorithm>,
     /// The draft model for STANDALONE: a GGUF file with the target's tokenizer, or a model by
-    /// name (`specula model list`).
+    /// name (`specula model list`); the head for EAGLE3: a folder in SGLang's layout or a GGUF
+    /// file in llama.cpp's.
     #[arg(long)]
     pub speculative_draft_model_path: Option<PathBuf>,
     /// Draft tokens a sequence verifies per step at most (the nodes of its draft tree)

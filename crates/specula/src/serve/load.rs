@@ -108,7 +108,13 @@ fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<engine::D
             hidden: c.hidden,
             vocab: c.vocab_size,
         };
-        let head = speculative::eagle3::Eagle3Head::load(path, target)
+        let o = model.weights.output.matrix(&model.file);
+        let output = speculative::eagle3::TargetOutput {
+            dtype: o.dtype,
+            cols: o.cols,
+            data: o.data,
+        };
+        let head = speculative::eagle3::Eagle3Head::open(path, target, Some(output))
             .with_context(|| format!("cannot load the EAGLE-3 head {}", path.display()))?;
         return Ok(Some(engine::Draft::Eagle3(Box::new(head))));
     }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod server;
+pub mod stats;
 
 use std::path::PathBuf;
 

@@ -10,7 +10,7 @@ use super::Eagle3Error;
 use serde_json::Value;
 
 /// Dimensions beyond this are refused before anything is sized by them.
-const MAX_DIM: usize = 1 << 20;
+pub(super) const MAX_DIM: usize = 1 << 20;
 
 /// The shapes of the target model a head must match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +83,7 @@ impl Eagle3Config {
         Ok(cfg)
     }
 
-    fn check(&self, target: TargetShape) -> Result<(), Eagle3Error> {
+    pub(super) fn check(&self, target: TargetShape) -> Result<(), Eagle3Error> {
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(config_error(
                 "num_attention_heads is not a multiple of num_key_value_heads",

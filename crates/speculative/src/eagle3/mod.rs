@@ -1,18 +1,20 @@
 //! EAGLE-3 draft heads: one decoder layer that reads three of the target's hidden states (fused
 //! by `fc`) beside the token's embedding and proposes tokens over a reduced vocabulary. This
 //! module loads a head in SGLang's checkpoint layout (a folder with `config.json` and
-//! safetensors: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`), checked against its target, and
-//! runs its forward pass row by row (`forward.rs`).
+//! safetensors: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`) or llama.cpp's GGUF form
+//! (`gguf.rs`), checked against its target, and runs its forward pass row by row (`forward.rs`).
 
 mod batched;
 mod config;
 mod drafter;
 mod forward;
+mod gguf;
 mod save;
 
 pub use config::{Eagle3Config, TargetShape, default_capture_layers};
 pub use drafter::{Eagle3Drafter, MAX_PENDING_ROWS, TokenEmbedding};
 pub use forward::{HeadCache, HeadOutput, Projected};
+pub use gguf::TargetOutput;
 pub use save::WeightDtype;
 
 use kernels::quant::{GgmlType, dequantize};
@@ -68,6 +70,20 @@ pub struct Eagle3Head {
 }
 
 impl Eagle3Head {
+    /// Loads a head from a GGUF file or an SGLang folder, for `target` (whose output layer a
+    /// GGUF head without one borrows).
+    pub fn open(
+        path: &Path,
+        target: TargetShape,
+        output: Option<TargetOutput<'_>>,
+    ) -> Result<Self, Eagle3Error> {
+        if path.is_file() {
+            Self::load_gguf(path, target, output)
+        } else {
+            Self::load(path, target)
+        }
+    }
+
     /// Loads the head in `dir` (`config.json` and every `*.safetensors` there) for `target`.
     pub fn load(dir: &Path, target: TargetShape) -> Result<Self, Eagle3Error> {
         let read = |p: &Path| {
