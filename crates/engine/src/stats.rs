@@ -27,6 +27,8 @@ pub struct EngineStats {
     /// The adaptive policy's step-cost fit, f64 bits: seconds per step and per work unit.
     cost_a: AtomicU64,
     cost_b: AtomicU64,
+    /// What proposing one draft token costs the drafter, f64 seconds' bits.
+    draft_cost: AtomicU64,
     cache_blocks: AtomicUsize,
     cache_idle_blocks: AtomicUsize,
     cache_evicted_blocks: AtomicU64,
@@ -74,6 +76,9 @@ pub struct StatsSnapshot {
     /// The adaptive policy's fit of step time, `a + b·work` seconds (0 without it).
     pub step_cost_a: f64,
     pub step_cost_b: f64,
+    /// Seconds the drafter takes per draft token (a moving average; 0 before any draft, and
+    /// for prompt lookup, whose guesses are made with the plan).
+    pub draft_cost: f64,
     /// Prefix cache: blocks held (and of those, idle ones), blocks evicted, and prompt tokens
     /// of admitted requests with those the cache supplied.
     pub cache_blocks: usize,
@@ -125,6 +130,7 @@ impl EngineStats {
             accept_hist: std::array::from_fn(|i| self.accept_hist[i].load(Relaxed)),
             step_cost_a: f64::from_bits(self.cost_a.load(Relaxed)),
             step_cost_b: f64::from_bits(self.cost_b.load(Relaxed)),
+            draft_cost: f64::from_bits(self.draft_cost.load(Relaxed)),
             cache_blocks: self.cache_blocks.load(Relaxed),
             cache_idle_blocks: self.cache_idle_blocks.load(Relaxed),
             cache_evicted_blocks: self.cache_evicted_blocks.load(Relaxed),
@@ -209,6 +215,10 @@ impl EngineStats {
     pub(crate) fn set_step_cost(&self, a: f64, b: f64) {
         self.cost_a.store(a.to_bits(), Relaxed);
         self.cost_b.store(b.to_bits(), Relaxed);
+    }
+
+    pub(crate) fn set_draft_cost(&self, seconds: f64) {
+        self.draft_cost.store(seconds.to_bits(), Relaxed);
     }
 
     pub(crate) fn add_spec_step(&self, on: bool) {

@@ -33,6 +33,7 @@ pub(crate) fn sample() -> (StatsSnapshot, ServerMetrics) {
         accept_hist,
         step_cost_a: 0.0125,
         step_cost_b: 0.000_375,
+        draft_cost: 0.000_8,
         cache_blocks: 61,
         cache_idle_blocks: 19,
         cache_evicted_blocks: 71,

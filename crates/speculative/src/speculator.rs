@@ -150,6 +150,12 @@ impl Speculator {
         self.cost.observe(work, seconds);
     }
 
+    /// Seconds proposing one draft token takes (a moving average of the drafters' calls; 0
+    /// before any).
+    pub fn draft_seconds(&self) -> f64 {
+        self.draft_seconds
+    }
+
     /// `(a, b)` of the step cost `a + b·work`.
     pub fn step_cost(&self) -> (f64, f64) {
         self.cost.coefficients()

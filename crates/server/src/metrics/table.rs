@@ -350,6 +350,11 @@ pub static METRICS: &[Metric] = &[
         "The adaptive policy's fit of step time: milliseconds per unit of work.",
         |s| (s.engine.step_cost_b * 1e3).into(),
     ),
+    Metric::info_only(
+        &["speculative", "draft_ms_per_token"],
+        "Milliseconds the drafter takes per draft token (draft models and EAGLE-3 heads).",
+        |s| (s.engine.draft_cost * 1e3).into(),
+    ),
     Metric::gauge(
         "cache_hit_rate",
         "Share of admitted prompt tokens whose KV came from the prefix cache.",

@@ -78,15 +78,16 @@ pub struct ServeArgs {
     #[arg(long)]
     pub speculative_draft_model_path: Option<PathBuf>,
     /// Draft tokens a sequence verifies per step at most (the nodes of its draft tree)
-    /// [default: 8 for NGRAM; for STANDALONE, num-steps × eagle-topk].
+    /// [default: 8 for NGRAM; for STANDALONE and EAGLE3, num-steps × eagle-topk; with EAGLE3
+    /// and eagle-topk > 1 it counts the root, as in SGLang].
     #[arg(long)]
     pub speculative_num_draft_tokens: Option<usize>,
-    /// STANDALONE: draft-model steps per speculative step, i.e. the depth of the drafted chain
-    /// or tree.
+    /// STANDALONE and EAGLE3: draft steps per speculative step, i.e. the depth of the drafted
+    /// chain or tree.
     #[arg(long, default_value = "4")]
     pub speculative_num_steps: Option<usize>,
     /// Branching per draft step: 1 drafts a chain; k > 1 a tree (NGRAM: up to k different
-    /// continuations a node; STANDALONE: the draft's k best candidates a level).
+    /// continuations a node; STANDALONE and EAGLE3: the k best candidates a level).
     #[arg(long, default_value = "1")]
     pub speculative_eagle_topk: Option<usize>,
     /// Shortest suffix an n-gram draft matches on.

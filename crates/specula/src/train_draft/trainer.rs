@@ -23,16 +23,16 @@ pub struct TrainSettings {
     #[arg(long, default_value_t = 8192)]
     pub draft_vocab_size: usize,
     /// Passes over the data.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     pub num_epochs: usize,
     /// Steps the head is unrolled on its own outputs in training (EAGLE-3's training-time test).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 3)]
     pub ttt_length: usize,
     /// Peak learning rate (AdamW; warmup then cosine decay).
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, default_value_t = 2e-3)]
     pub learning_rate: f64,
     /// Tokens per optimizer step.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 512)]
     pub batch_tokens: usize,
     /// Python interpreter that makes the trainer's virtual environment.
     #[arg(long, default_value = "python3")]

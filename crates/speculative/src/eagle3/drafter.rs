@@ -24,10 +24,13 @@ use kernels::quant::{GgmlType, dequantize};
 use model::ModelError;
 use std::collections::HashMap;
 
-/// Captured rows a sequence keeps for the head while it does not draft; older ones are dropped
-/// (their positions stay out of the head's attention). It bounds the memory of a sequence that
-/// does not speculate for long and the head's work when it starts again.
-pub const MAX_PENDING_ROWS: usize = 2048;
+/// Captured rows a sequence keeps for the head while it does not draft (up to twice as many
+/// between bulk drops, which keeps the copying amortised); older ones are dropped and their
+/// positions stay out of the head's attention. It bounds the memory of a sequence that does not
+/// speculate for long and, above all, the head's catching up when it drafts again (the
+/// adaptive policy retries sequences it keeps off now and then; with 2,048 each retry could run
+/// the head over a whole prompt and answer).
+pub const MAX_PENDING_ROWS: usize = 256;
 
 /// The target's token embeddings (the head's input when its checkpoint has none): the rows as
 /// stored in the target's file, widened on use.
@@ -160,7 +163,7 @@ impl SeqState {
         }
         self.pending.extend(rows.iter().map(|&x| f16::from_f32(x)));
         let n = self.pending.len() / width;
-        if n > MAX_PENDING_ROWS {
+        if n > 2 * MAX_PENDING_ROWS {
             let drop = n - MAX_PENDING_ROWS;
             self.pending.drain(..drop * width);
             self.pending_start += drop;
