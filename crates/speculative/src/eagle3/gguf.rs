@@ -7,7 +7,9 @@
 //! A head without `output` borrows the target's output rows, one without `token_embd` the
 //! target's embedding (as every SGLang head does).
 
-use super::{Eagle3Config, Eagle3Error, Eagle3Head, Matrix, TargetShape};
+use super::{
+    Eagle3Config, Eagle3Error, Eagle3Head, Matrix, TargetShape, checked_target_ids, read_integers,
+};
 use kernels::quant::{GgmlType, dequantize};
 use model::gguf::{GgufFile, MetaValue};
 use std::path::Path;
@@ -220,17 +222,9 @@ fn draft_to_target(
     let Ok(t) = file.tensor("d2t") else {
         return Ok((0..vocab as u32).collect());
     };
-    let ids: Vec<i64> = match t.info.dtype {
-        GgmlType::I64 => t
-            .bytes
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect(),
-        GgmlType::I32 => t
-            .bytes
-            .chunks_exact(4)
-            .map(|c| i64::from(i32::from_le_bytes(c.try_into().expect("4 bytes"))))
-            .collect(),
+    let ids = match t.info.dtype {
+        GgmlType::I64 => read_integers(t.bytes, true),
+        GgmlType::I32 => read_integers(t.bytes, false),
         other => {
             return Err(Eagle3Error::Weights(format!(
                 "d2t is {other}; it must be I64 or I32"
@@ -238,19 +232,7 @@ fn draft_to_target(
         }
     };
     debug_assert_eq!(ids.len(), draft_vocab);
-    ids.iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            u32::try_from(id)
-                .ok()
-                .filter(|&id| (id as usize) < vocab)
-                .ok_or_else(|| {
-                    Eagle3Error::Weights(format!(
-                        "d2t maps draft token {i} to {id}, outside the target's {vocab} tokens"
-                    ))
-                })
-        })
-        .collect()
+    checked_target_ids(&ids, vocab)
 }
 
 /// The target's output rows of the draft vocabulary, for a head that has no output layer.

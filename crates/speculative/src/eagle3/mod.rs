@@ -222,39 +222,54 @@ impl<'a> Tensors<'a> {
                 t.shape()
             )));
         }
-        let offsets: Vec<i64> = match t.dtype() {
-            Dtype::I64 => t
-                .data()
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect(),
-            Dtype::I32 => t
-                .data()
-                .chunks_exact(4)
-                .map(|c| i64::from(i32::from_le_bytes(c.try_into().expect("4 bytes"))))
-                .collect(),
+        let offsets = match t.dtype() {
+            Dtype::I64 => read_integers(t.data(), true),
+            Dtype::I32 => read_integers(t.data(), false),
             other => {
                 return Err(Eagle3Error::Weights(format!(
                     "d2t is {other:?}; it must be I64 or I32"
                 )));
             }
         };
-        offsets
+        let ids: Vec<i64> = offsets
             .iter()
             .enumerate()
-            .map(|(i, &d)| {
-                let id = i as i64 + d;
-                u32::try_from(id)
-                    .ok()
-                    .filter(|&id| (id as usize) < vocab)
-                    .ok_or_else(|| {
-                        Eagle3Error::Weights(format!(
-                            "d2t maps draft token {i} to {id}, outside the target's {vocab} tokens"
-                        ))
-                    })
-            })
+            .map(|(i, &d)| i as i64 + d)
+            .collect();
+        checked_target_ids(&ids, vocab)
+    }
+}
+
+/// Little-endian integers of 8 bytes (`wide`) or 4, as i64.
+fn read_integers(bytes: &[u8], wide: bool) -> Vec<i64> {
+    if wide {
+        bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect()
+    } else {
+        bytes
+            .chunks_exact(4)
+            .map(|c| i64::from(i32::from_le_bytes(c.try_into().expect("4 bytes"))))
             .collect()
     }
+}
+
+/// Draft token `i`'s target id `ids[i]`, each checked to lie in the target's vocabulary.
+fn checked_target_ids(ids: &[i64], vocab: usize) -> Result<Vec<u32>, Eagle3Error> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            u32::try_from(id)
+                .ok()
+                .filter(|&id| (id as usize) < vocab)
+                .ok_or_else(|| {
+                    Eagle3Error::Weights(format!(
+                        "d2t maps draft token {i} to {id}, outside the target's {vocab} tokens"
+                    ))
+                })
+        })
+        .collect()
 }
 
 #[cfg(test)]
