@@ -50,7 +50,7 @@ impl Eagle3Head {
         let (h, q, kv) = (c.hidden, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
         let m = |name: &str, rows: usize, cols: usize| matrix(file, name, rows, cols);
         let v = |name: &str, len: usize| matrix(file, name, 1, len).map(|m| m.data);
-        let draft_to_target = draft_to_target(file, c.draft_vocab, c.vocab)?;
+        let draft_to_target = draft_to_target(file, c.vocab)?;
         let lm_head = if file.tensor_info("output.weight").is_some() {
             m("output.weight", c.draft_vocab, h)?
         } else {
@@ -200,13 +200,13 @@ fn matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Matri
             t.info.shape
         )));
     }
-    let mut data = vec![0.0; rows * cols];
     if t.info.dtype.is_integer() {
         return Err(Eagle3Error::Weights(format!(
             "{name} holds {}, not weights",
             t.info.dtype
         )));
     }
+    let mut data = vec![0.0; rows * cols];
     dequantize(t.info.dtype, t.bytes, &mut data)
         .map_err(|e| Eagle3Error::Weights(format!("{name}: {e}")))?;
     Ok(Matrix { rows, cols, data })
@@ -214,11 +214,7 @@ fn matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Matri
 
 /// `d2t` as absolute target ids (llama.cpp's converter adds the offsets), each checked; without
 /// it the draft vocabulary is the target's.
-fn draft_to_target(
-    file: &GgufFile,
-    draft_vocab: usize,
-    vocab: usize,
-) -> Result<Vec<u32>, Eagle3Error> {
+fn draft_to_target(file: &GgufFile, vocab: usize) -> Result<Vec<u32>, Eagle3Error> {
     let Ok(t) = file.tensor("d2t") else {
         return Ok((0..vocab as u32).collect());
     };
@@ -231,7 +227,6 @@ fn draft_to_target(
             )));
         }
     };
-    debug_assert_eq!(ids.len(), draft_vocab);
     checked_target_ids(&ids, vocab)
 }
 
