@@ -192,7 +192,12 @@ impl Engine {
                     .with_script(request.scripted.clone());
                 self.scheduler.add(id, request.prompt.clone());
                 if let Some(spec) = self.speculator.as_mut() {
-                    spec.add(id, request.max_tokens);
+                    let sampling = (!request.sampling.is_greedy() && request.scripted.is_empty())
+                        .then_some(speculative::DraftSampling {
+                            temperature: request.sampling.temperature,
+                            seed: request.sampling.seed,
+                        });
+                    spec.add(id, request.max_tokens, sampling);
                 }
                 self.active.insert(
                     id,

@@ -42,6 +42,11 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// Whether these settings take the argmax (a temperature of about 0).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature < MIN_TEMPERATURE
+    }
+
     pub fn greedy() -> Self {
         Self {
             temperature: 0.0,
@@ -312,6 +317,70 @@ impl Sampler {
             rest -= q;
         }
         let token = token.unwrap_or_else(|| self.pick(rest, drafts));
+        (
+            self.emit(logits, token, logprobs),
+            drafts.iter().position(|&d| d == token),
+        )
+    }
+
+    /// Speculative verification of one draft that was drawn from `proposal` (the drafter's own
+    /// distribution: `(token, probability)` sorted by token, summing to 1): the token this
+    /// position emits, and whether it is the draft. Sampling: the draft is accepted with
+    /// probability min(1, q/p), and on rejection the token is drawn from the residual
+    /// max(q − p, 0) renormalised (Leviathan et al.'s speculative sampling), so the emitted token
+    /// is distributed exactly as [`Sampler::sample`]'s whatever the proposal. Greedy or scripted
+    /// positions, and a draft the proposal does not hold, are verified as by
+    /// [`Sampler::verify`].
+    pub fn verify_proposed(
+        &mut self,
+        logits: &mut [f32],
+        draft: u32,
+        proposal: &[(u32, f32)],
+        logprobs: Option<usize>,
+    ) -> (Sampled, bool) {
+        let p_of = |t: u32| {
+            proposal
+                .binary_search_by_key(&t, |&(id, _)| id)
+                .map_or(0.0, |i| proposal[i].1)
+        };
+        let p_draft = p_of(draft);
+        if self.params.temperature < MIN_TEMPERATURE
+            || self.scripted < self.script.len()
+            || p_draft <= 0.0
+        {
+            let (s, which) = self.verify(logits, &[draft], logprobs);
+            return (s, which.is_some());
+        }
+        self.apply_penalties(logits);
+        let total = self.candidates(logits);
+        let q_draft = self
+            .probs
+            .iter()
+            .find(|&&(t, _)| t == draft)
+            .map_or(0.0, |&(_, w)| w / total);
+        let token = if self.next_uniform() * p_draft < q_draft {
+            draft
+        } else {
+            // The residual's weights, in the candidates' scale; all zero only through rounding
+            // (then p ≥ q everywhere, so p = q and a rejection cannot happen): q itself then.
+            let mut residual = 0.0;
+            for c in &mut self.probs {
+                c.1 = (c.1 - p_of(c.0) * total).max(0.0);
+                residual += c.1;
+            }
+            if residual > 0.0 {
+                self.pick(residual, &[])
+            } else {
+                let total = self.candidates(logits);
+                self.pick(total, &[])
+            }
+        };
+        (self.emit(logits, token, logprobs), token == draft)
+    }
+
+    /// Records `token` as emitted (penalties see it) and, when asked, its log-probability and
+    /// the `n` most likely tokens'.
+    fn emit(&mut self, logits: &[f32], token: u32, logprobs: Option<usize>) -> Sampled {
         *self.output_counts.entry(token).or_insert(0) += 1;
         let (top, logprob) = match logprobs {
             Some(n) => {
@@ -320,14 +389,11 @@ impl Sampler {
             }
             None => (Vec::new(), None),
         };
-        (
-            Sampled {
-                token,
-                logprob,
-                top,
-            },
-            drafts.iter().position(|&d| d == token),
-        )
+        Sampled {
+            token,
+            logprob,
+            top,
+        }
     }
 }
 
@@ -672,5 +738,65 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn drafts_drawn_from_a_proposal_keep_the_target_distribution() {
+        // Target 0.1, 0.2, 0.3, 0.4 (top-k 3 cuts token 0: 0, 2/9, 3/9, 4/9). Drafts drawn from
+        // proposals that hold a token the target cannot emit, one close to the target, and one
+        // far from it: the output keeps the target's frequencies, and a draft is accepted with
+        // probability Σ min(p, q) (more often than a point mass on the proposal's best token).
+        let logits = [1.0f32.ln(), 2.0f32.ln(), 3.0f32.ln(), 4.0f32.ln()];
+        let q = [0.0, 2.0 / 9.0, 3.0 / 9.0, 4.0 / 9.0];
+        let proposals: [&[(u32, f32)]; 3] = [
+            &[(0, 0.5), (3, 0.5)],
+            &[(1, 0.2), (2, 0.3), (3, 0.5)],
+            &[(1, 0.9), (2, 0.1)],
+        ];
+        for (k, proposal) in proposals.into_iter().enumerate() {
+            let mut s = Sampler::new(
+                SamplingParams {
+                    temperature: 1.0,
+                    top_k: 3,
+                    seed: 17 + k as u64,
+                    ..Default::default()
+                },
+                &[],
+            );
+            let (n, mut rng) = (40_000, 99 + k as u64);
+            let (mut counts, mut accepted) = ([0usize; 4], 0);
+            for _ in 0..n {
+                let mut u = (splitmix64(rng) >> 40) as f32 / (1u64 << 24) as f32;
+                rng = rng.wrapping_add(SPLITMIX_GAMMA);
+                let &(draft, _) = proposal
+                    .iter()
+                    .find(|&&(_, p)| {
+                        u -= p;
+                        u < 0.0
+                    })
+                    .unwrap_or(proposal.last().unwrap());
+                let (t, ok) = s.verify_proposed(&mut logits.clone(), draft, proposal, None);
+                assert_eq!(ok, t.token == draft);
+                counts[t.token as usize] += 1;
+                accepted += usize::from(ok);
+            }
+            for (i, &c) in counts.iter().enumerate() {
+                let got = c as f64 / n as f64;
+                assert!((got - q[i]).abs() < 0.01, "proposal {k}: {counts:?}");
+            }
+            let overlap: f64 = proposal
+                .iter()
+                .map(|&(t, p)| f64::from(p).min(q[t as usize]))
+                .sum();
+            let rate = accepted as f64 / n as f64;
+            assert!(
+                (rate - overlap).abs() < 0.01,
+                "proposal {k}: {rate} {overlap}"
+            );
+        }
+        // Greedy: a plain match against the argmax.
+        let mut g = Sampler::new(SamplingParams::greedy(), &[]);
+        let (t, ok) = g.verify_proposed(&mut logits.clone(), 1, &[(1, 1.0)], None);
+        assert_eq!((t.token, ok), (3, false));
     }
 }

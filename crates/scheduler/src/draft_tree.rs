@@ -3,15 +3,24 @@
 //! parent, numbered so that parents come before children. A chain is the tree whose node `i`
 //! follows node `i - 1`. The target runs the root and every node in one pass (tree attention:
 //! each node sees only its ancestors) and verification walks down from the root, taking the
-//! child the target's own choice matches, so one branch at most is accepted.
+//! child the target's own choice matches, so one branch at most is accepted. A draft may carry
+//! the distribution it was drawn from (sampled drafts, verified by speculative sampling).
+
+use std::sync::Arc;
+
+/// The distribution a sampled draft was drawn from: `(token, probability)` sorted by token,
+/// summing to 1.
+pub type DraftDistribution = Arc<[(u32, f32)]>;
 
 /// A tree of draft tokens below a sequence's last token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DraftTree {
     /// `tokens[i]` is node `i + 1`'s token.
     tokens: Vec<u32>,
     /// `parents[n]` is node `n`'s parent (`parents[0] = 0` for the root).
     parents: Vec<usize>,
+    /// `drawn_from[i]`: what node `i + 1`'s token was drawn from, if it was sampled.
+    drawn_from: Vec<Option<DraftDistribution>>,
 }
 
 impl Default for DraftTree {
@@ -19,6 +28,7 @@ impl Default for DraftTree {
         Self {
             tokens: Vec::new(),
             parents: vec![0],
+            drawn_from: Vec::new(),
         }
     }
 }
@@ -27,15 +37,36 @@ impl DraftTree {
     /// Drafts in a row.
     pub fn chain(tokens: Vec<u32>) -> Self {
         let parents = (0..=tokens.len()).map(|n| n.saturating_sub(1)).collect();
-        Self { tokens, parents }
+        let drawn_from = vec![None; tokens.len()];
+        Self {
+            tokens,
+            parents,
+            drawn_from,
+        }
     }
 
     /// Adds `token` below `parent` (an existing node); returns the new node.
     pub fn push(&mut self, parent: usize, token: u32) -> usize {
+        self.push_drawn(parent, token, None)
+    }
+
+    /// [`DraftTree::push`] for a token drawn from `from` (when sampled).
+    pub fn push_drawn(
+        &mut self,
+        parent: usize,
+        token: u32,
+        from: Option<DraftDistribution>,
+    ) -> usize {
         assert!(parent < self.parents.len(), "parent {parent} is not a node");
         self.tokens.push(token);
         self.parents.push(parent);
+        self.drawn_from.push(from);
         self.tokens.len()
+    }
+
+    /// What node `n`'s token (`n ≥ 1`) was drawn from, if it was sampled.
+    pub fn drawn_from(&self, n: usize) -> Option<&[(u32, f32)]> {
+        self.drawn_from[n - 1].as_deref()
     }
 
     /// Number of draft tokens (nodes other than the root).
@@ -92,6 +123,7 @@ impl DraftTree {
     pub fn truncate(&mut self, n: usize) {
         self.tokens.truncate(n);
         self.parents.truncate(n + 1);
+        self.drawn_from.truncate(n);
     }
 
     /// The tree made of `nodes` (ancestors before descendants, each one's parent included),
@@ -103,7 +135,7 @@ impl DraftTree {
         for &n in nodes {
             let parent = new_id[self.parents[n]];
             assert!(parent != usize::MAX, "node {n} selected before its parent");
-            new_id[n] = out.push(parent, self.token(n));
+            new_id[n] = out.push_drawn(parent, self.token(n), self.drawn_from[n - 1].clone());
         }
         out
     }
@@ -163,5 +195,20 @@ mod tests {
         u.truncate(3);
         assert_eq!(u.tokens(), &[10, 20, 11]);
         assert_eq!(u.parents(), &[0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn a_drawn_token_keeps_its_distribution_through_selection() {
+        let mut t = DraftTree::default();
+        let a = t.push(0, 10);
+        let from: DraftDistribution = Arc::from(vec![(11, 0.25), (12, 0.75)]);
+        let b = t.push_drawn(a, 12, Some(from));
+        assert_eq!(t.drawn_from(a), None);
+        assert_eq!(t.drawn_from(b), Some(&[(11, 0.25), (12, 0.75)][..]));
+        let s = t.select(&[1, 2]);
+        assert_eq!(s.drawn_from(2), t.drawn_from(b));
+        let mut u = s.clone();
+        u.truncate(1);
+        assert_eq!(u, t.select(&[1]));
     }
 }

@@ -31,7 +31,7 @@ mod draft_tree;
 mod sequence;
 mod step;
 
-pub use draft_tree::DraftTree;
+pub use draft_tree::{DraftDistribution, DraftTree};
 pub use sequence::{SeqId, Sequence};
 pub use step::{DraftPlanner, Granted, Load, StepInput, StepOutcome};
 
@@ -142,7 +142,7 @@ pub struct Scheduled {
 }
 
 /// What a step runs, and what happened while planning it.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct StepPlan {
     pub batch: Vec<Scheduled>,
     /// Sequences preempted to make room (they are waiting again).

@@ -128,30 +128,34 @@ async fn an_eagle3_head_gives_the_same_greedy_output_in_chains_and_trees() {
 }
 
 #[tokio::test]
-async fn sampled_output_with_eagle3_trees_has_the_same_distribution() {
-    // The built-in head's trees (two candidates a node): the first three tokens at temperature
-    // 1, 2,080 samples from each server, the same distribution by a χ² test.
+async fn sampled_output_with_eagle3_chains_and_trees_has_the_same_distribution() {
+    // The built-in head's trees (two candidates a node, verified as point masses) and chains
+    // (drafts drawn from the head's own distribution, verified by speculative sampling): the
+    // first three tokens at temperature 1, 2,080 samples from each server, the same
+    // distribution as plain sampling's by a χ² test.
     let body = json!({"prompt": "The three most useful things to know about the sea are",
                       "max_tokens": 4, "n": 16, "temperature": 1.0, "ignore_eos": true,
                       "logprobs": 0});
     let plain = Server::start(&[]);
     let a = sample_prefixes(&plain.url("/v1/completions"), &body, 13, 3).await;
     drop(plain);
-    let spec = Server::start(&[
-        "--speculative-algorithm",
-        "EAGLE3",
-        "--speculative-eagle-topk",
-        "2",
-        "--speculative-num-steps",
-        "2",
-        "--speculative-num-draft-tokens",
-        "4",
-    ]);
-    let b = sample_prefixes(&spec.url("/v1/completions"), &body, 13, 3).await;
-    let accepted = metric(&spec, "spec_accepted_tokens_total").await;
-    assert!(accepted > 100.0, "{accepted} accepted");
-    assert!(accepted < metric(&spec, "spec_draft_tokens_total").await);
-    same_distribution(&a, &b);
+    for (topk, steps) in [("2", "2"), ("1", "4")] {
+        let spec = Server::start(&[
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-eagle-topk",
+            topk,
+            "--speculative-num-steps",
+            steps,
+            "--speculative-num-draft-tokens",
+            "4",
+        ]);
+        let b = sample_prefixes(&spec.url("/v1/completions"), &body, 13, 3).await;
+        let accepted = metric(&spec, "spec_accepted_tokens_total").await;
+        assert!(accepted > 100.0, "topk {topk}: {accepted} accepted");
+        assert!(accepted < metric(&spec, "spec_draft_tokens_total").await);
+        same_distribution(&a, &b);
+    }
 }
 
 /// Runs `specula serve` with `args` until it exits; its stderr.

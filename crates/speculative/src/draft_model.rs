@@ -31,6 +31,18 @@ pub struct DraftRequest<'a> {
     pub width: usize,
     /// Most drafts returned (the tree's most likely nodes).
     pub nodes: usize,
+    /// Draw a chain's drafts from the drafter's distribution (the request samples), or take
+    /// the most likely tokens (`None`).
+    pub sampling: Option<DraftSampling>,
+}
+
+/// How a sampling request's drafts are drawn: from the drafter's distribution at the request's
+/// temperature, with draws seeded by the request's seed and the draft's position (so a seeded
+/// request drafts the same tokens again).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DraftSampling {
+    pub temperature: f32,
+    pub seed: u64,
 }
 
 impl DraftRequest<'_> {

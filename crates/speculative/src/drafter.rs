@@ -7,7 +7,7 @@ use crate::{DraftModel, DraftRequest, DraftTree, NgramProposer};
 use model::ModelError;
 
 /// What a drafter can tell about a sequence before its draft slots are granted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Guess {
     /// Drafts found already (prompt lookup), with the length of the n-gram match they continue
     /// (their acceptance is estimated by it).

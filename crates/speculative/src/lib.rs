@@ -23,7 +23,7 @@ pub mod speculator;
 pub mod verify;
 
 pub use adaptive::{Acceptance, CostModel, MatchAcceptance};
-pub use draft_model::{DraftError, DraftModel, DraftRequest, check_vocabulary};
+pub use draft_model::{DraftError, DraftModel, DraftRequest, DraftSampling, check_vocabulary};
 pub use drafter::{Drafter, Guess, NgramDrafter};
 pub use ngram::{NgramProposer, WindowError};
 pub use policy::{Budget, Policy, PolicyConfig};

@@ -6,7 +6,9 @@
 
 use crate::adaptive::{self, Demand};
 use crate::verify::{self, Verdict};
-use crate::{Acceptance, Budget, CostModel, DraftRequest, DraftTree, Drafter, Guess};
+use crate::{
+    Acceptance, Budget, CostModel, DraftRequest, DraftSampling, DraftTree, Drafter, Guess,
+};
 use crate::{MatchAcceptance, PolicyConfig};
 use model::sampler::Sampler;
 use scheduler::{DraftPlanner, Granted, Load, SeqId, Sequence, StepPlan};
@@ -36,6 +38,8 @@ pub struct SpeculatorConfig {
 struct SeqState {
     max_tokens: usize,
     acceptance: Acceptance,
+    /// How its chain drafts are drawn when it samples.
+    sampling: Option<DraftSampling>,
 }
 
 /// A decoding sequence that may speculate this step.
@@ -95,13 +99,15 @@ impl Speculator {
         }
     }
 
-    /// A new request that may speculate, with its `max_tokens`.
-    pub fn add(&mut self, id: SeqId, max_tokens: usize) {
+    /// A new request that may speculate, with its `max_tokens` and, when it samples, how its
+    /// drafts are drawn.
+    pub fn add(&mut self, id: SeqId, max_tokens: usize, sampling: Option<DraftSampling>) {
         self.seqs.insert(
             id,
             SeqState {
                 max_tokens,
                 acceptance: Acceptance::default(),
+                sampling,
             },
         );
     }
@@ -300,6 +306,12 @@ impl Speculator {
                 depth: self.depth(picked[i].max),
                 width: self.topk,
                 nodes: picked[i].max,
+                // Trees keep the most likely candidates, verified as point masses.
+                sampling: self
+                    .seqs
+                    .get(&picked[i].id)
+                    .and_then(|s| s.sampling)
+                    .filter(|_| self.topk == 1),
             })
             .collect();
         let started = Instant::now();

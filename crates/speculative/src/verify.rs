@@ -1,6 +1,7 @@
 //! Verification: rows of the target's logits for a draft tree become the tokens the target
 //! itself would have produced (greedy match, or rejection sampling over each node's
-//! candidates, by the request's sampler), so speculation is lossless.
+//! candidates, or speculative sampling against the distribution a lone draft was drawn from, by
+//! the request's sampler), so speculation is lossless.
 
 use crate::DraftTree;
 use model::sampler::{Sampled, Sampler};
@@ -35,7 +36,19 @@ pub fn walk<'a>(
             break;
         }
         let tokens: Vec<u32> = children.iter().map(|&c| tree.token(c)).collect();
-        let (s, which) = sampler.verify(&mut logits, &tokens, logprobs);
+        // A lone child drawn from the drafter's distribution: speculative sampling with it.
+        // Otherwise (trees, argmax drafts) the candidates are verified as point masses.
+        let (s, which) = match (
+            &children[..],
+            children.first().and_then(|&c| tree.drawn_from(c)),
+        ) {
+            ([child], Some(from)) => {
+                let (s, ok) =
+                    sampler.verify_proposed(&mut logits, tree.token(*child), from, logprobs);
+                (s, ok.then_some(0))
+            }
+            _ => sampler.verify(&mut logits, &tokens, logprobs),
+        };
         emitted.push(s);
         match which {
             Some(w) => {

@@ -17,12 +17,15 @@
 use super::Eagle3Head;
 use super::batched::BatchedHead;
 use crate::drafter::{Drafter, Guess};
-use crate::{DraftRequest, DraftTree};
+use crate::{DraftRequest, DraftSampling, DraftTree};
 use kernels::attention::f16;
 use kernels::ops::softmax;
 use kernels::quant::{GgmlType, dequantize};
 use model::ModelError;
+use model::sampler::splitmix64;
+use scheduler::DraftDistribution;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Captured rows a sequence keeps for the head while it does not draft (up to twice as many
 /// between bulk drops, which keeps the copying amortised); older ones are dropped and their
@@ -31,6 +34,14 @@ use std::collections::HashMap;
 /// adaptive policy retries sequences it keeps off now and then; with 2,048 each retry could run
 /// the head over a whole prompt and answer).
 pub const MAX_PENDING_ROWS: usize = 256;
+
+/// A sampled draft is drawn from the head's this many most likely tokens (renormalised): what
+/// verification needs of the distribution stays small, and the tail it drops is mass a small
+/// head spreads thin anyway.
+const DRAWN_FROM: usize = 64;
+
+/// Mixed into a request's seed for its draft draws, so they are not the sampler's own stream.
+const DRAFT_STREAM: u64 = 0x5eed_d4a7_0f3a_91c5;
 
 /// The target's token embeddings (the head's input when its checkpoint has none): the rows as
 /// stored in the target's file, widened on use.
@@ -178,7 +189,13 @@ struct Candidate {
     parent: Option<usize>,
     score: f32,
     row: Option<(usize, Vec<f32>)>,
+    /// What the token was drawn from, when the request samples.
+    from: Option<DraftDistribution>,
 }
+
+/// A draft chosen from one row of the head's logits: (target id, probability, what it was
+/// drawn from if sampled).
+type Choice = (u32, f32, Option<DraftDistribution>);
 
 /// One request's proposal in the making.
 struct Proposal {
@@ -348,25 +365,52 @@ impl Eagle3Drafter {
         kv
     }
 
-    /// The `width` most likely draft tokens of each row of `logits`, as (target id,
-    /// probability).
-    fn top(&self, logits: &[f32], width: usize) -> Vec<Vec<(u32, f32)>> {
+    /// Each row's drafts: drawn (`rows[r]`: the request's sampling and the drafted token's
+    /// position), or else the `width` most likely.
+    fn choose(
+        &self,
+        logits: &[f32],
+        rows: &[(Option<DraftSampling>, usize)],
+        width: usize,
+    ) -> Vec<Vec<Choice>> {
         logits
             .chunks_exact(self.head.config.draft_vocab)
-            .map(|row| {
-                let mut p = row.to_vec();
-                softmax(&mut p);
-                let mut idx: Vec<usize> = (0..p.len()).collect();
-                let w = width.min(p.len());
-                let by_prob = |a: &usize, b: &usize| p[*b].total_cmp(&p[*a]).then(a.cmp(b));
-                idx.select_nth_unstable_by(w.saturating_sub(1), by_prob);
-                idx.truncate(w);
-                idx.sort_by(by_prob);
-                idx.into_iter()
-                    .map(|i| (self.head.draft_to_target[i], p[i]))
-                    .collect()
+            .zip(rows)
+            .map(|(row, &(sampling, position))| match sampling {
+                Some(s) => vec![self.draw(row, s, position)],
+                None => {
+                    let p = probabilities(row, 1.0);
+                    most_likely(&p, width)
+                        .into_iter()
+                        .map(|i| (self.head.draft_to_target[i], p[i], None))
+                        .collect()
+                }
             })
             .collect()
+    }
+
+    /// A draft drawn from a row at the request's temperature, among its [`DRAWN_FROM`] most
+    /// likely tokens, with a uniform number from the request's seed and the position.
+    fn draw(&self, row: &[f32], s: DraftSampling, position: usize) -> Choice {
+        let p = probabilities(row, s.temperature);
+        let keep = most_likely(&p, DRAWN_FROM);
+        let total: f32 = keep.iter().map(|&i| p[i]).sum();
+        let z = splitmix64(splitmix64(s.seed ^ DRAFT_STREAM) ^ position as u64);
+        let mut u = (z >> 40) as f32 / (1u64 << 24) as f32 * total;
+        let chosen = *keep
+            .iter()
+            .find(|&&i| {
+                u -= p[i];
+                u < 0.0
+            })
+            .unwrap_or(&keep[keep.len() - 1]);
+        let mut from: Vec<(u32, f32)> = keep
+            .iter()
+            .map(|&i| (self.head.draft_to_target[i], p[i] / total))
+            .collect();
+        from.sort_by_key(|&(t, _)| t);
+        let token = self.head.draft_to_target[chosen];
+        (token, p[chosen] / total, Some(Arc::from(from)))
     }
 
     /// Every request's proposal (see [`DraftRequest`]), the head's rows of each draft level
@@ -387,15 +431,24 @@ impl Eagle3Drafter {
         if !ready.is_empty() {
             let logits = self.batched.logits(&self.head, &first_carries);
             let width = requests.iter().map(|r| r.width).max().unwrap_or(1);
-            for (at, (&i, top)) in ready.iter().zip(self.top(&logits, width)).enumerate() {
+            let rows: Vec<_> = ready
+                .iter()
+                .map(|&i| (requests[i].sampling, requests[i].tokens.len()))
+                .collect();
+            for (at, (&i, top)) in ready
+                .iter()
+                .zip(self.choose(&logits, &rows, width))
+                .enumerate()
+            {
                 let cands: Vec<Candidate> = top
                     .into_iter()
                     .take(requests[i].width)
-                    .map(|(token, score)| Candidate {
+                    .map(|(token, score, from)| Candidate {
                         token,
                         parent: None,
                         score,
                         row: None,
+                        from,
                     })
                     .collect();
                 proposals[i] = Some(Proposal {
@@ -468,11 +521,17 @@ impl Eagle3Drafter {
         let carries = self.run_rows(&rows, &tokens, &features);
         let logits = self.batched.logits(&self.head, &carries);
         let width = requests.iter().map(|r| r.width).max().unwrap_or(1);
-        let tops = self.top(&logits, width);
+        // Row k's children are drafts for the position after its own token's.
+        let draws: Vec<_> = owners
+            .iter()
+            .zip(&rows)
+            .map(|(&(i, _), r)| (requests[i].sampling, r.position + 2))
+            .collect();
+        let tops = self.choose(&logits, &draws, width);
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); requests.len()];
         for (k, ((i, b), top)) in owners.into_iter().zip(tops).enumerate() {
             let p = proposals[i].as_mut().expect("owners have proposals");
-            for (token, prob) in top.into_iter().take(requests[i].width) {
+            for (token, prob, from) in top.into_iter().take(requests[i].width) {
                 children[i].push(p.cands.len());
                 let score = p.cands[b].score * prob;
                 p.cands.push(Candidate {
@@ -480,6 +539,7 @@ impl Eagle3Drafter {
                     parent: Some(b),
                     score,
                     row: None,
+                    from,
                 });
             }
             p.cands[b].row = Some((rows[k].slot, carries[k * h..(k + 1) * h].to_vec()));
@@ -498,6 +558,26 @@ impl Eagle3Drafter {
             p.beam = next;
         }
     }
+}
+
+/// softmax(row / temperature).
+fn probabilities(row: &[f32], temperature: f32) -> Vec<f32> {
+    let mut p: Vec<f32> = row.iter().map(|&l| l / temperature).collect();
+    softmax(&mut p);
+    p
+}
+
+/// The indices of the `n` largest of `p`, largest first (lower index among equals).
+fn most_likely(p: &[f32], n: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..p.len()).collect();
+    let n = n.min(p.len());
+    let by_prob = |a: &usize, b: &usize| p[*b].total_cmp(&p[*a]).then(a.cmp(b));
+    if n < idx.len() {
+        idx.select_nth_unstable_by(n.saturating_sub(1), by_prob);
+        idx.truncate(n);
+    }
+    idx.sort_by(by_prob);
+    idx
 }
 
 /// The tree of the `nodes` most likely candidates (ancestors included), parents first.
@@ -524,7 +604,7 @@ fn select(cands: &[Candidate], nodes: usize) -> DraftTree {
     let mut node_of = vec![0usize; cands.len()];
     for (i, c) in cands.iter().enumerate().filter(|(i, _)| chosen[*i]) {
         let parent = c.parent.map_or(0, |p| node_of[p]);
-        node_of[i] = tree.push(parent, c.token);
+        node_of[i] = tree.push_drawn(parent, c.token, c.from.clone());
     }
     tree
 }

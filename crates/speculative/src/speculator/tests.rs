@@ -51,7 +51,7 @@ fn greedy() -> Sampler {
 fn prefill(s: &mut Scheduler, spec: &mut Speculator, ids: &[u64], first: u32, max_tokens: usize) {
     for &id in ids {
         s.add(SeqId(id), PROMPT.to_vec());
-        spec.add(SeqId(id), max_tokens);
+        spec.add(SeqId(id), max_tokens, None);
     }
     let plan = s.plan(Some(spec));
     assert!(plan.drafts.is_empty(), "a prefill has nothing to verify");

@@ -54,6 +54,7 @@ fn request<'a>(key: u64, tokens: &'a [u32], blocks: &'a [u32], width: usize) -> 
         depth: 3,
         width,
         nodes: if width == 1 { 3 } else { 5 },
+        sampling: None,
     }
 }
 
@@ -158,4 +159,50 @@ fn verified_rows_are_kept_along_the_accepted_path() {
         fresh.draft(&[request(1, &longer, &blocks, 1)]).unwrap(),
         after
     );
+}
+
+#[test]
+fn sampled_chains_are_drawn_from_the_distribution_they_carry() {
+    let tokens: Vec<u32> = vec![3, 14, 15, 92, 65, 35, 89];
+    let blocks: Vec<u32> = vec![0, 1, 2, 3];
+    let mut d = drafter();
+    d.features(1, 0, &features(&tokens, 0..6), false);
+    let greedy = d
+        .draft(&[request(1, &tokens, &blocks, 1)])
+        .unwrap()
+        .remove(0);
+    assert!((1..=3).all(|n| greedy.drawn_from(n).is_none()));
+    let sampled = |d: &mut Eagle3Drafter, seed: u64| {
+        let r = DraftRequest {
+            sampling: Some(DraftSampling {
+                temperature: 1.0,
+                seed,
+            }),
+            ..request(1, &tokens, &blocks, 1)
+        };
+        d.draft(&[r]).unwrap().remove(0)
+    };
+    let first = sampled(&mut d, 7);
+    assert_eq!(first.len(), 3);
+    assert!(first.is_chain());
+    for n in 1..=3 {
+        let from = first.drawn_from(n).unwrap();
+        let total: f32 = from.iter().map(|&(_, p)| p).sum();
+        assert!((total - 1.0).abs() < 1e-4, "{total}");
+        assert!(from.windows(2).all(|w| w[0].0 < w[1].0), "sorted by token");
+        assert!(from.iter().any(|&(t, p)| t == first.token(n) && p > 0.0));
+    }
+    assert_eq!(sampled(&mut d, 7), first, "the same seed drafts the same");
+    // Over seeds, the first draft follows the distribution it carries.
+    let n = 4000;
+    let mut counts: HashMap<u32, usize> = HashMap::new();
+    for seed in 0..n {
+        *counts.entry(sampled(&mut d, seed).token(1)).or_default() += 1;
+    }
+    let from = first.drawn_from(1).unwrap();
+    assert!(counts.len() > 1, "{counts:?}");
+    for &(t, p) in from {
+        let got = counts.get(&t).copied().unwrap_or(0) as f32 / n as f32;
+        assert!((got - p).abs() < 0.025, "token {t}: {got} against {p}");
+    }
 }
