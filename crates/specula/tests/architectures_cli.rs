@@ -1,13 +1,37 @@
 //! The other architectures through the whole server, on the real files (`specula model pull`
 //! puts them in the cache; scripts/test.sh does before the tests): Qwen2.5-Coder (qwen2) and
 //! Gemma 3 (gemma3, its sliding window of 512 crossed by the prompts here). Speculation (n-gram
-//! chains and trees) gives exactly the text of plain greedy decoding, concurrent requests too, and
-//! a prefix served from the cache gives the text its recomputation gives.
+//! chains and trees, and an untrained EAGLE-3 head's chains) gives exactly the text of plain
+//! greedy decoding, concurrent requests too, and a prefix served from the cache gives the text
+//! its recomputation gives.
 
 mod common;
 
-use common::server::{Server, client, post};
+use common::server::{Server, client, metric, post};
 use serde_json::{Value, json};
+use speculative::eagle3::{Eagle3Config, Eagle3Head, TargetShape, WeightDtype};
+use std::path::Path;
+
+/// Writes an untrained EAGLE-3 head for a target of `shape` into `dir` (heads of 64
+/// dimensions, 2,048 draft tokens: the lowest ids).
+fn write_head(dir: &Path, shape: TargetShape) {
+    let config = Eagle3Config::parse(
+        &format!(
+            r#"{{"hidden_size": {h}, "intermediate_size": {f}, "num_attention_heads": {n},
+                "num_key_value_heads": 2, "head_dim": 64, "vocab_size": {v},
+                "draft_vocab_size": 2048}}"#,
+            h = shape.hidden,
+            f = 2 * shape.hidden,
+            n = shape.hidden / 64,
+            v = shape.vocab,
+        ),
+        shape,
+    )
+    .unwrap();
+    Eagle3Head::random(config, (0..2048).collect(), 3)
+        .save(dir, WeightDtype::F16)
+        .unwrap();
+}
 
 /// Three greedy completions at once (`ignore_eos`, 40 tokens): their texts, in order.
 async fn three_completions(s: &Server, prompts: &[String; 3]) -> Vec<String> {
@@ -62,7 +86,7 @@ fn serve(name: &str, extra: &[&str]) -> Server {
     Server::spawn(command)
 }
 
-async fn speculation_is_lossless_and_the_cache_exact(name: &str) {
+async fn speculation_is_lossless_and_the_cache_exact(name: &str, shape: TargetShape) {
     let prompts = prompts();
     let plain = serve(name, &[]);
     let want = three_completions(&plain, &prompts).await;
@@ -87,6 +111,9 @@ async fn speculation_is_lossless_and_the_cache_exact(name: &str) {
         "{name}: cached prefix"
     );
     drop(plain);
+    let head = tempfile::tempdir().unwrap();
+    write_head(head.path(), shape);
+    let head = head.path().to_str().unwrap();
     for flags in [
         &["--speculative-algorithm", "NGRAM"][..],
         &[
@@ -95,19 +122,37 @@ async fn speculation_is_lossless_and_the_cache_exact(name: &str) {
             "--speculative-eagle-topk",
             "2",
         ][..],
+        &[
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            head,
+        ][..],
     ] {
         let spec = serve(name, flags);
         let got = three_completions(&spec, &prompts).await;
         assert_eq!(got, want, "{name} with {flags:?}");
+        let drafted = metric(&spec, "spec_draft_tokens_total").await;
+        assert!(drafted > 0.0, "{name} with {flags:?}: no drafts");
     }
 }
 
 #[tokio::test]
 async fn qwen2_5_coder_serves_exactly() {
-    speculation_is_lossless_and_the_cache_exact("qwen2.5-coder-0.5b").await;
+    let shape = TargetShape {
+        n_layers: 24,
+        hidden: 896,
+        vocab: 151_936,
+    };
+    speculation_is_lossless_and_the_cache_exact("qwen2.5-coder-0.5b", shape).await;
 }
 
 #[tokio::test]
 async fn gemma3_serves_exactly() {
-    speculation_is_lossless_and_the_cache_exact("gemma3-270m").await;
+    let shape = TargetShape {
+        n_layers: 18,
+        hidden: 640,
+        vocab: 262_144,
+    };
+    speculation_is_lossless_and_the_cache_exact("gemma3-270m", shape).await;
 }

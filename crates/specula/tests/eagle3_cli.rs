@@ -127,6 +127,69 @@ async fn an_eagle3_head_gives_the_same_greedy_output_in_chains_and_trees() {
     }
 }
 
+/// Greedy completions of four prompts, two of them running at once.
+async fn completions(url: &str) -> Vec<Value> {
+    let body = |i: usize| {
+        let prompt = ["the sea", "one two three", "a b c d e", "eat nine hats"][i];
+        json!({"prompt": prompt, "max_tokens": 20 + 4 * i, "temperature": 0, "ignore_eos": true})
+    };
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let url = url.to_string();
+        tasks.push(tokio::spawn(async move {
+            post(&url, body(i)).await.1["choices"][0]["text"].clone()
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn eagle3_serves_a_qwen3_target_with_its_greedy_output() {
+    // An untrained head over the synthetic Qwen 3 model (random weights, two layers:
+    // `scripts/reference/synthetic.sh`; Qwen 2 and Gemma 3 are in architectures_cli.rs on
+    // their real files): the target captures its streams, the head drafts chains, and the
+    // output is plain decoding's.
+    let target = TargetShape {
+        n_layers: 2,
+        hidden: 64,
+        vocab: 320,
+    };
+    let config = Eagle3Config::parse(
+        r#"{"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 320, "draft_vocab_size": 320,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 0, 0]}}"#,
+        target,
+    )
+    .unwrap();
+    let head = tempfile::tempdir().unwrap();
+    Eagle3Head::random(config, (0..320).collect(), 5)
+        .save(head.path(), WeightDtype::F32)
+        .unwrap();
+    let model = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../model/tests/data/reference/synthetic/qwen3.gguf");
+    let start = |spec: bool| {
+        let mut cmd = Server::command();
+        cmd.arg("--model-path").arg(&model);
+        if spec {
+            cmd.args(["--speculative-algorithm", "EAGLE3"]);
+            cmd.arg("--speculative-draft-model-path").arg(head.path());
+        }
+        Server::spawn(cmd)
+    };
+    let plain = start(false);
+    let want = completions(&plain.url("/v1/completions")).await;
+    drop(plain);
+    let spec = start(true);
+    assert_eq!(completions(&spec.url("/v1/completions")).await, want);
+    let drafted = metric(&spec, "spec_draft_tokens_total").await;
+    assert!(drafted > 20.0, "{drafted} drafts");
+    assert_eq!(metric(&spec, "kv_blocks_used").await, 0.0);
+}
+
 #[tokio::test]
 async fn sampled_output_with_eagle3_chains_and_trees_has_the_same_distribution() {
     // The built-in head's trees (two candidates a node, verified as point masses) and chains
