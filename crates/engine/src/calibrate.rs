@@ -78,6 +78,7 @@ impl Engine {
                 spec.observe_cost(work, started.elapsed().as_secs_f64());
             }
         }
+        spec.anchor_cost();
         let (a, b) = spec.step_cost();
         tracing::info!(
             "adaptive speculation: a step costs {:.2} ms + {:.3} ms per row (calibrated)",

@@ -29,6 +29,12 @@ pub struct EngineStats {
     cost_b: AtomicU64,
     /// What proposing one draft token costs the drafter, f64 seconds' bits.
     draft_cost: AtomicU64,
+    /// What catching up on one row costs the drafter, f64 seconds' bits.
+    catch_up_cost: AtomicU64,
+    /// Decode-only steps without drafts ([0]) and with ([1]): nanoseconds in plan, forward and
+    /// update, and their count.
+    phase_ns: [[AtomicU64; 3]; 2],
+    phase_steps: [AtomicU64; 2],
     cache_blocks: AtomicUsize,
     cache_idle_blocks: AtomicUsize,
     cache_evicted_blocks: AtomicU64,
@@ -79,6 +85,14 @@ pub struct StatsSnapshot {
     /// Seconds the drafter takes per draft token (a moving average; 0 before any draft, and
     /// for prompt lookup, whose guesses are made with the plan).
     pub draft_cost: f64,
+    /// Seconds the drafter takes per row it catches up on before drafting (an EAGLE-3 head's
+    /// rows for what was decoded while the sequence did not draft; a moving average).
+    pub catch_up_cost: f64,
+    /// Where a decode-only step's time goes, without drafts ([0]) and with ([1]): mean
+    /// milliseconds in plan (drafting included), forward and update (verification included),
+    /// and the steps averaged.
+    pub step_phases_ms: [[f64; 3]; 2],
+    pub step_phase_counts: [u64; 2],
     /// Prefix cache: blocks held (and of those, idle ones), blocks evicted, and prompt tokens
     /// of admitted requests with those the cache supplied.
     pub cache_blocks: usize,
@@ -131,6 +145,12 @@ impl EngineStats {
             step_cost_a: f64::from_bits(self.cost_a.load(Relaxed)),
             step_cost_b: f64::from_bits(self.cost_b.load(Relaxed)),
             draft_cost: f64::from_bits(self.draft_cost.load(Relaxed)),
+            catch_up_cost: f64::from_bits(self.catch_up_cost.load(Relaxed)),
+            step_phases_ms: std::array::from_fn(|k| {
+                let n = self.phase_steps[k].load(Relaxed).max(1) as f64;
+                std::array::from_fn(|p| self.phase_ns[k][p].load(Relaxed) as f64 / n / 1e6)
+            }),
+            step_phase_counts: std::array::from_fn(|k| self.phase_steps[k].load(Relaxed)),
             cache_blocks: self.cache_blocks.load(Relaxed),
             cache_idle_blocks: self.cache_idle_blocks.load(Relaxed),
             cache_evicted_blocks: self.cache_evicted_blocks.load(Relaxed),
@@ -198,6 +218,15 @@ impl EngineStats {
         self.generation_tokens.fetch_add(n as u64, Relaxed);
     }
 
+    /// A decode-only step (`drafted`: with drafts) took these plan, forward and update times.
+    pub(crate) fn add_step_phases(&self, drafted: bool, phases: [std::time::Duration; 3]) {
+        let k = usize::from(drafted);
+        for (total, d) in self.phase_ns[k].iter().zip(phases) {
+            total.fetch_add(d.as_nanos() as u64, Relaxed);
+        }
+        self.phase_steps[k].fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn add_step(&self) {
         self.steps.fetch_add(1, Relaxed);
     }
@@ -217,8 +246,11 @@ impl EngineStats {
         self.cost_b.store(b.to_bits(), Relaxed);
     }
 
-    pub(crate) fn set_draft_cost(&self, seconds: f64) {
-        self.draft_cost.store(seconds.to_bits(), Relaxed);
+    /// The drafter's seconds per draft token and per row caught up on.
+    pub(crate) fn set_draft_cost(&self, per_token: f64, per_catch_up_row: f64) {
+        self.draft_cost.store(per_token.to_bits(), Relaxed);
+        self.catch_up_cost
+            .store(per_catch_up_row.to_bits(), Relaxed);
     }
 
     pub(crate) fn add_spec_step(&self, on: bool) {

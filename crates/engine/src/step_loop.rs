@@ -20,6 +20,7 @@ use speculative::{
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
+use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// A request the engine is working on: the client's side of it (the scheduler holds its
@@ -152,11 +153,18 @@ impl Engine {
         }
     }
 
-    /// One step: plan → forward → update.
+    /// One step: plan → forward → update (each timed, for speculation's step breakdown).
     fn step(&mut self) {
+        let started = Instant::now();
         let plan = self.plan();
+        let planned = Instant::now();
         let forward = self.forward(&plan);
+        let ran = Instant::now();
         self.update(&plan, forward);
+        if self.speculator.is_some() && plan.decodes > 0 && plan.is_decode_only() {
+            let phases = [planned - started, ran - planned, ran.elapsed()];
+            self.stats.add_step_phases(!plan.drafts.is_empty(), phases);
+        }
         if plan.is_empty() {
             self.fail_unrunnable();
         }

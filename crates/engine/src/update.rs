@@ -49,7 +49,8 @@ impl Engine {
         outcome.ran = true;
         if let Some(spec) = self.speculator.as_mut().filter(|_| lost.is_empty()) {
             spec.observe_step(plan, seconds);
-            self.stats.set_draft_cost(spec.draft_seconds());
+            self.stats
+                .set_draft_cost(spec.draft_seconds(), spec.catch_up_seconds());
             if spec.is_adaptive() {
                 let (a, b) = spec.step_cost();
                 self.stats.set_step_cost(a, b);

@@ -168,6 +168,14 @@ impl StepPlan {
     pub fn tokens(&self) -> usize {
         self.batch.iter().map(|s| s.len).sum()
     }
+
+    /// Whether every entry decodes (its last token, and its drafts if any): no prompt chunk,
+    /// whose rows cost much less each and need no logits.
+    pub fn is_decode_only(&self) -> bool {
+        self.batch
+            .iter()
+            .all(|b| b.start > 0 && (b.len == 1 || self.drafts.contains_key(&b.id)))
+    }
 }
 
 /// The waiting queue and the running set, over one KV block pool.

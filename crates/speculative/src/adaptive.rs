@@ -6,7 +6,11 @@
 //!   decode steps (exponential forgetting; steps carrying prompt chunks are left out, their rows
 //!   are much cheaper each), so it follows the machine and the load. The engine seeds it at
 //!   start-up with a few measured steps of 1 to 20 rows, so the first requests' drafts are priced
-//!   from this machine. `w` counts rows
+//!   from this machine, and the slope stays anchored to that calibration by as much evidence as
+//!   a few of its steps: when every recent step has the same size (one sequence that is not
+//!   drafting) the data cannot tell `a` from `b`, and without the anchor the fit drifted to
+//!   `a ≈ 0`, `b ≈` a whole step, which priced every draft like a step, so the sequence never
+//!   drafted again to show otherwise (measured at C=1: 11.7 ms a row). `w` counts rows
 //!   (tokens in the batch) plus `κ` per row that needs logits, `κ` being the output head's size
 //!   relative to the layers' (0.27 for SmolLM2-135M): a draft row needs logits, a prompt row
 //!   mostly does not. While decoding is memory-bound, `b` is small next to `a`; at large batches
@@ -46,6 +50,8 @@ pub struct CostModel {
     /// Decayed sums: weight, n, t, n², n·t.
     s: [f64; 5],
     forget: f64,
+    /// The calibrated slope and its weight (in the units of Σw(n − n̄)²) once anchored.
+    anchor: Option<(f64, f64)>,
 }
 
 impl Default for CostModel {
@@ -53,9 +59,13 @@ impl Default for CostModel {
         Self {
             s: [0.0; 5],
             forget: 0.995,
+            anchor: None,
         }
     }
 }
+
+/// The anchor weighs as much as this many calibration steps.
+const ANCHOR_STEPS: f64 = 10.0;
 
 /// Before the fit has seen enough different batch sizes: 5 ms a step plus 1 ms a row.
 const PRIOR: (f64, f64) = (0.005, 0.001);
@@ -74,15 +84,32 @@ impl CostModel {
         self.s[4] += n * seconds;
     }
 
+    /// Anchors the slope at what the steps seen so far (the start-up calibration) give: from
+    /// now on the fitted slope is shrunk towards it by as much evidence as [`ANCHOR_STEPS`] of
+    /// those steps (ridge regression on the slope), so steps all of one size leave it there
+    /// and only the level `a` moves.
+    pub fn anchor(&mut self) {
+        let [w, sn, _, snn, _] = self.s;
+        if w >= 8.0 {
+            let spread = (snn - sn * sn / w) / w;
+            self.anchor = Some((self.coefficients().1, ANCHOR_STEPS * spread));
+        }
+    }
+
     /// `(a, b)` of `T(n) = a + b·n`.
     pub fn coefficients(&self) -> (f64, f64) {
         let [w, sn, st, snn, snt] = self.s;
-        let var = w * snn - sn * sn;
-        // Too few steps, or all of one size: no slope can be told apart.
-        if w < 8.0 || var <= 1e-9 * w * w {
+        if w < 8.0 {
             return PRIOR;
         }
-        let b = (w * snt - sn * st) / var;
+        // Σw(n − n̄)² and Σw(n − n̄)(t − t̄).
+        let (sxx, sxy) = (snn - sn * sn / w, snt - sn * st / w);
+        let b = match self.anchor {
+            Some((b0, weight)) => (sxy + weight * b0) / (sxx + weight),
+            // All of one size: no slope can be told apart.
+            None if sxx <= 1e-9 * w => return PRIOR,
+            None => sxy / sxx,
+        };
         let a = (st - b * sn) / w;
         // A slope at or below zero would grant unlimited drafts; time cannot fall with rows.
         (a.max(1e-4), b.max(1e-5))
@@ -285,6 +312,32 @@ mod tests {
             "{a} {b}"
         );
         assert_eq!(CostModel::default().coefficients(), PRIOR);
+    }
+
+    #[test]
+    fn an_anchored_slope_survives_steps_all_of_one_size() {
+        // Calibrated at 4 ms + 1.2 ms a row; then a thousand single-row steps at 6 ms (the
+        // host got slower) with a little noise: the slope stays near the calibration's and the
+        // level follows the steps.
+        let mut anchored = fitted(0.004, 0.0012);
+        anchored.anchor();
+        for i in 0..3000 {
+            let t = 0.006 + if i % 2 == 0 { 2e-4 } else { -2e-4 };
+            anchored.observe(1.27, t);
+        }
+        let (a, b) = anchored.coefficients();
+        assert!((b - 0.0012).abs() < 1e-4, "{b}");
+        assert!((a + b * 1.27 - 0.006).abs() < 1e-4, "{a}");
+        // With steps of several sizes the data outweighs the anchor.
+        for i in 0..1000 {
+            let n = 1.0 + (i % 30) as f64;
+            anchored.observe(n, 0.002 + 0.0005 * n);
+        }
+        let (a, b) = anchored.coefficients();
+        assert!(
+            (b - 0.0005).abs() < 1e-4 && (a - 0.002).abs() < 1e-3,
+            "{a} {b}"
+        );
     }
 
     /// Demands of equal weight.

@@ -26,6 +26,14 @@ pub trait Drafter {
     /// KV slots past the sequence's last token that drafting `nodes` drafts in `depth` levels
     /// of `width` writes (besides the drafts verified).
     fn slots(&self, depth: usize, width: usize, nodes: usize) -> usize;
+    /// Before [`Drafter::draft`], the work the drafter owes the sequences for positions it has
+    /// not seen yet (an EAGLE-3 head's rows for what was decoded while the sequence did not
+    /// draft): done apart so that the draft call's own time is what drafts cost, and a
+    /// sequence's one-off catching up is not priced into every later draft. Returns the rows
+    /// it ran.
+    fn catch_up(&mut self, _requests: &[DraftRequest<'_>]) -> Result<usize, ModelError> {
+        Ok(0)
+    }
     /// Drafts for the sequences that answered [`Guess::AfterSlots`], their slots reserved.
     fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError>;
     /// After verification: the sequence `key` kept the draft nodes `path` (root excluded, in

@@ -65,6 +65,9 @@ pub struct Speculator {
     logit_work: f64,
     /// Seconds the drafter spends per draft token (a running average; zero for prompt lookup).
     draft_seconds: f64,
+    /// Seconds the drafter spends per row it catches up on (a running average; see
+    /// [`Drafter::catch_up`]).
+    catch_up_seconds: f64,
     by_match: MatchAcceptance,
     seqs: HashMap<SeqId, SeqState>,
     /// This step's decoding sequences, the candidates granted slots may come from, and the
@@ -91,6 +94,7 @@ impl Speculator {
             cost: CostModel::default(),
             logit_work: 1.0 + config.kappa,
             draft_seconds: 0.0,
+            catch_up_seconds: 0.0,
             by_match: MatchAcceptance::new(config.max_match),
             seqs: HashMap::new(),
             decoding: Vec::new(),
@@ -156,10 +160,21 @@ impl Speculator {
         self.cost.observe(work, seconds);
     }
 
+    /// The steps observed so far are the start-up calibration: the cost fit's slope stays
+    /// anchored to theirs (see [`CostModel::anchor`]).
+    pub fn anchor_cost(&mut self) {
+        self.cost.anchor();
+    }
+
     /// Seconds proposing one draft token takes (a moving average of the drafters' calls; 0
     /// before any).
     pub fn draft_seconds(&self) -> f64 {
         self.draft_seconds
+    }
+
+    /// Seconds the drafter takes per row it catches up on (a moving average; 0 before any).
+    pub fn catch_up_seconds(&self) -> f64 {
+        self.catch_up_seconds
     }
 
     /// `(a, b)` of the step cost `a + b·work`.
@@ -171,11 +186,7 @@ impl Speculator {
     /// row costs (steps with prompt chunks, rows much cheaper each and without logits, would
     /// bend it, so they are left out).
     pub fn observe_step(&mut self, plan: &StepPlan, seconds: f64) {
-        let decode_only = plan
-            .batch
-            .iter()
-            .all(|b| b.start > 0 && (b.len == 1 || plan.drafts.contains_key(&b.id)));
-        if decode_only {
+        if plan.is_decode_only() {
             let work = plan_work(plan, self.kappa(), true);
             self.cost.observe(work, seconds);
         }
@@ -315,16 +326,20 @@ impl Speculator {
             })
             .collect();
         let started = Instant::now();
-        match self.drafter.draft(&requests) {
+        let caught_up = self.drafter.catch_up(&requests);
+        if let Ok(rows) = caught_up
+            && rows > 0
+        {
+            let per_row = started.elapsed().as_secs_f64() / rows as f64;
+            moving_average(&mut self.catch_up_seconds, per_row);
+        }
+        let started = Instant::now();
+        match caught_up.and_then(|_| self.drafter.draft(&requests)) {
             Ok(trees) => {
                 let n: usize = trees.iter().map(DraftTree::len).sum();
                 if n > 0 {
                     let per_token = started.elapsed().as_secs_f64() / n as f64;
-                    self.draft_seconds = if self.draft_seconds == 0.0 {
-                        per_token
-                    } else {
-                        0.9 * self.draft_seconds + 0.1 * per_token
-                    };
+                    moving_average(&mut self.draft_seconds, per_token);
                 }
                 for (&i, tree) in who.iter().zip(trees) {
                     picked[i].drafts = tree;
@@ -392,6 +407,11 @@ impl DraftPlanner for Speculator {
         }
         trees
     }
+}
+
+/// Folds `x` into the running average `avg` (which starts at the first value).
+fn moving_average(avg: &mut f64, x: f64) {
+    *avg = if *avg == 0.0 { x } else { 0.9 * *avg + 0.1 * x };
 }
 
 /// A plan's work: rows, plus κ for each row that needs logits (every row of a sequence with

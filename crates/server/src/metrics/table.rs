@@ -355,6 +355,52 @@ pub static METRICS: &[Metric] = &[
         "Milliseconds the drafter takes per draft token (draft models and EAGLE-3 heads).",
         |s| (s.engine.draft_cost * 1e3).into(),
     ),
+    Metric::info_only(
+        &["speculative", "step_ms", "plain", "plan"],
+        "Mean milliseconds a decode-only step without drafts spends in planning (drafting included).",
+        |s| s.engine.step_phases_ms[0][0].into(),
+    ),
+    Metric::info_only(
+        &["speculative", "step_ms", "plain", "forward"],
+        "Mean milliseconds a decode-only step without drafts spends in the forward pass.",
+        |s| s.engine.step_phases_ms[0][1].into(),
+    ),
+    Metric::info_only(
+        &["speculative", "step_ms", "plain", "update"],
+        "Mean milliseconds a decode-only step without drafts spends in sampling and verification.",
+        |s| s.engine.step_phases_ms[0][2].into(),
+    ),
+    Metric::info_only(
+        &["speculative", "step_ms", "plain", "steps"],
+        "Decode-only steps without drafts that the step breakdown averages.",
+        |s| s.engine.step_phase_counts[0].into(),
+    ),
+    Metric::info_only(
+        &["speculative", "step_ms", "drafted", "plan"],
+        "Mean milliseconds a decode-only step with drafts spends in planning (drafting included).",
+        |s| s.engine.step_phases_ms[1][0].into(),
+    ),
+    Metric::info_only(
+        &["speculative", "step_ms", "drafted", "forward"],
+        "Mean milliseconds a decode-only step with drafts spends in the forward pass.",
+        |s| s.engine.step_phases_ms[1][1].into(),
+    ),
+    Metric::info_only(
+        &["speculative", "step_ms", "drafted", "update"],
+        "Mean milliseconds a decode-only step with drafts spends in sampling and verification.",
+        |s| s.engine.step_phases_ms[1][2].into(),
+    ),
+    Metric::info_only(
+        &["speculative", "step_ms", "drafted", "steps"],
+        "Decode-only steps with drafts that the step breakdown averages.",
+        |s| s.engine.step_phase_counts[1].into(),
+    ),
+    Metric::info_only(
+        &["speculative", "catch_up_ms_per_row"],
+        "Milliseconds an EAGLE-3 head takes per row it catches up on before drafting (rows of \
+         positions decoded while the sequence did not draft).",
+        |s| (s.engine.catch_up_cost * 1e3).into(),
+    ),
     Metric::gauge(
         "cache_hit_rate",
         "Share of admitted prompt tokens whose KV came from the prefix cache.",

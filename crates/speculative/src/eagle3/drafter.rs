@@ -285,8 +285,9 @@ impl Eagle3Drafter {
     }
 
     /// Runs every request's pending rows whose next token is known, in one batch; returns each
-    /// request's carry of the row before its last token, where that row is known.
-    fn extend(&mut self, requests: &[DraftRequest<'_>]) -> Vec<Option<Vec<f32>>> {
+    /// request's carry of the row before its last token, where that row is known, and the rows
+    /// run.
+    fn extend(&mut self, requests: &[DraftRequest<'_>]) -> (Vec<Option<Vec<f32>>>, usize) {
         let width = self.feature_width();
         let h = self.head.config.hidden;
         let (mut rows, mut tokens, mut features) = (Vec::new(), Vec::new(), Vec::new());
@@ -329,7 +330,7 @@ impl Eagle3Drafter {
         } else {
             self.run_rows(&rows, &tokens, &features)
         };
-        requests
+        let firsts = requests
             .iter()
             .zip(last_row)
             .map(|(r, row)| {
@@ -343,7 +344,8 @@ impl Eagle3Drafter {
                 }
                 state.last.as_ref().map(|(_, c)| c.clone())
             })
-            .collect()
+            .collect();
+        (firsts, rows.len())
     }
 
     /// The keys and values a row sees: positions `0..len` whose stamp is the sequence's, then
@@ -416,7 +418,7 @@ impl Eagle3Drafter {
     /// Every request's proposal (see [`DraftRequest`]), the head's rows of each draft level
     /// batched over the requests.
     fn propose(&mut self, requests: &[DraftRequest<'_>]) -> Vec<DraftTree> {
-        let firsts = self.extend(requests);
+        let (firsts, _) = self.extend(requests);
         let h = self.head.config.hidden;
         let ready: Vec<usize> = (0..requests.len())
             .filter(|&i| firsts[i].is_some())
@@ -616,6 +618,10 @@ impl Drafter for Eagle3Drafter {
 
     fn slots(&self, depth: usize, width: usize, nodes: usize) -> usize {
         DraftRequest::slots(depth, width, nodes)
+    }
+
+    fn catch_up(&mut self, requests: &[DraftRequest<'_>]) -> Result<usize, ModelError> {
+        Ok(kernels::threads::run(|| self.extend(requests).1))
     }
 
     fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {

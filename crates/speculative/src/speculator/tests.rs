@@ -156,3 +156,62 @@ fn adaptive_drafts_stop_when_rows_cost_more_than_they_can_win() {
         assert_eq!(!plan.drafts.is_empty(), drafts);
     }
 }
+
+/// A drafter whose catching up takes 30 ms for 10 rows and whose drafts take no time: chains of
+/// the token 1.
+struct SlowToCatchUp;
+
+impl Drafter for SlowToCatchUp {
+    fn guess(&mut self, _tokens: &[u32], _max: usize, _width: usize) -> Guess {
+        Guess::AfterSlots
+    }
+
+    fn slots(&self, _depth: usize, _width: usize, nodes: usize) -> usize {
+        nodes
+    }
+
+    fn catch_up(&mut self, _requests: &[DraftRequest<'_>]) -> Result<usize, model::ModelError> {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        Ok(10)
+    }
+
+    fn draft(
+        &mut self,
+        requests: &[DraftRequest<'_>],
+    ) -> Result<Vec<DraftTree>, model::ModelError> {
+        Ok(requests
+            .iter()
+            .map(|r| DraftTree::chain(vec![1; r.nodes]))
+            .collect())
+    }
+
+    fn accepted(
+        &mut self,
+        _key: u64,
+        _path: &[usize],
+        _tokens: &[u32],
+    ) -> Result<(), model::ModelError> {
+        Ok(())
+    }
+
+    fn forget(&mut self, _key: u64) {}
+}
+
+#[test]
+fn catching_up_is_priced_apart_from_the_drafts() {
+    // The adaptive policy prices every draft by the drafter's seconds per draft token; a
+    // sequence's one-off catching up (30 ms here, 10 ms a draft if it were counted in) must
+    // not make every later draft look dear.
+    let mut spec = speculator(3, None);
+    spec.drafter = Box::new(SlowToCatchUp);
+    let mut s = scheduler();
+    prefill(&mut s, &mut spec, &[1], 7, 100);
+    let plan = s.plan(Some(&mut spec));
+    assert_eq!(plan.drafts[&SeqId(1)].len(), 3);
+    assert!(
+        spec.catch_up_seconds() >= 0.003,
+        "{}",
+        spec.catch_up_seconds()
+    );
+    assert!(spec.draft_seconds() < 0.005, "{}", spec.draft_seconds());
+}
