@@ -35,19 +35,16 @@ pub fn walk<'a>(
             emitted.push(sampler.sample(&mut logits, logprobs));
             break;
         }
-        let tokens: Vec<u32> = children.iter().map(|&c| tree.token(c)).collect();
         // A lone child drawn from the drafter's distribution: speculative sampling with it.
         // Otherwise (trees, argmax drafts) the candidates are verified as point masses.
-        let (s, which) = match (
-            &children[..],
-            children.first().and_then(|&c| tree.drawn_from(c)),
-        ) {
-            ([child], Some(from)) => {
-                let (s, ok) =
-                    sampler.verify_proposed(&mut logits, tree.token(*child), from, logprobs);
-                (s, ok.then_some(0))
-            }
-            _ => sampler.verify(&mut logits, &tokens, logprobs),
+        let (s, which) = if let [child] = children[..]
+            && let Some(from) = tree.drawn_from(child)
+        {
+            let (s, ok) = sampler.verify_proposed(&mut logits, tree.token(child), from, logprobs);
+            (s, ok.then_some(0))
+        } else {
+            let tokens: Vec<u32> = children.iter().map(|&c| tree.token(c)).collect();
+            sampler.verify(&mut logits, &tokens, logprobs)
         };
         emitted.push(s);
         match which {
