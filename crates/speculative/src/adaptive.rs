@@ -27,8 +27,14 @@
 //! - The batch emits `E` tokens (one per decoding sequence, plus accepted drafts) in `T(n)`. One
 //!   more draft row adds `αᵢ^(kᵢ+1)` to `E` and `b` to `T` (plus, for a draft model, its
 //!   measured seconds per draft), which raises `E/T` exactly when `αᵢ^(kᵢ+1) > b·E/T`. Drafts
-//!   are granted greedily, the largest gain first, while the gain clears that bar by 20% (the
-//!   estimates are noisy, and a draft near break-even risks more than it can win).
+//!   are granted greedily, the largest gain a second first, while the gain clears that bar by
+//!   20% (the estimates are noisy, and a draft near break-even risks more than it can win).
+//! - A drafter that must catch up before it drafts (an EAGLE-3 head runs a row for each token
+//!   decoded since the sequence last drafted, 0.5 ms each for the default model's) charges that
+//!   to the sequence's first draft of the step: the rows its last step emitted in full, a
+//!   larger backlog spread over the steps the sequence has left ([`catch_up_rows`]). The first
+//!   draft is then offered together with the drafts after it that make the best rate, so the
+//!   one-off cost is weighed against what the drafts bring together.
 //!
 //! - While no request waits for a slot, a sequence's tokens are weighted by how far it is from
 //!   done ([`urgency`]): ½ plus ½ × its remaining `max_tokens` budget over the largest. A
@@ -251,7 +257,27 @@ pub struct Demand {
     pub max: usize,
     /// What its tokens are worth ([`urgency`], or 1).
     pub weight: f64,
+    /// Seconds its first draft costs besides a draft's own price: the drafter's catching up on
+    /// what the sequence decoded since it last drafted ([`catch_up_rows`]).
+    pub once: f64,
 }
+
+/// Rows of catching up a sequence's first draft of a step is charged for, of a `backlog` of
+/// rows the drafter has not run (an EAGLE-3 head's rows for tokens decoded since the sequence
+/// last drafted), when about `steps_left` steps remain to it. A sequence drafting every step
+/// owes the rows its last step emitted, [`STEADY_ROWS`] or fewer, and they are a cost of
+/// drafting now. A larger backlog (a fresh prompt, a sequence back from a stretch without
+/// drafts) is paid once for every step that follows, so it is spread over them, but never to
+/// less than the steady state's rows: a head that pays can start, even alone at C=1, and one
+/// that does not is not let in by a long answer ahead.
+pub fn catch_up_rows(backlog: usize, steps_left: f64) -> f64 {
+    let backlog = backlog as f64;
+    backlog.min(STEADY_ROWS).max(backlog / steps_left.max(1.0))
+}
+
+/// The rows a drafting sequence's step leaves to catch up on at most, in the steady state
+/// (its token and a few accepted drafts).
+const STEADY_ROWS: f64 = 4.0;
 
 /// Drafts per candidate sequence. `work`: the step's work without drafts; `draft_work`: what one
 /// draft row adds to the target's step (1 + κ); `draft_seconds`: what proposing one draft costs
@@ -271,21 +297,43 @@ pub fn allocate(
     let mut ks = vec![0usize; candidates.len()];
     let mut e = tokens.max(f64::MIN_POSITIVE);
     let mut t = cost.predict(work);
+    // What candidate i's next drafts add: how many, weighted tokens, seconds. A first draft
+    // also pays the catching up, so it is offered with as many drafts after it as give the
+    // most tokens a second: a sequence whose drafts pay only once the catching up is shared
+    // between a few is not turned away by its first.
+    let next = |c: &Demand, k: usize| {
+        let gain = |j: usize| c.weight * c.alpha.powi((k + j) as i32);
+        if k > 0 || c.once <= 0.0 {
+            return (1, gain(1), b);
+        }
+        let mut best = (1, gain(1), b + c.once);
+        let mut sum = best.1;
+        for j in 2..=c.max {
+            sum += gain(j);
+            let seconds = b * j as f64 + c.once;
+            if sum / seconds > best.1 / best.2 {
+                best = (j, sum, seconds);
+            }
+        }
+        best
+    };
     loop {
-        // The best next draft: the largest wᵢ·αᵢ^(kᵢ+1) among sequences with room.
+        // The best next drafts: the most weighted tokens a second among sequences with room.
         let best = candidates
             .iter()
             .enumerate()
             .filter(|&(i, c)| ks[i] < c.max)
-            .map(|(i, c)| (i, c.weight * c.alpha.powi(ks[i] as i32 + 1)))
-            .max_by(|x, y| x.1.total_cmp(&y.1));
-        let Some((i, gain)) = best else { break };
-        if gain <= HURDLE * b * e / t {
+            .map(|(i, c)| (i, next(c, ks[i])))
+            .max_by(|x, y| (x.1.1 / x.1.2).total_cmp(&(y.1.1 / y.1.2)));
+        let Some((i, (n, gain, seconds))) = best else {
+            break;
+        };
+        if gain <= HURDLE * seconds * e / t {
             break;
         }
-        ks[i] += 1;
+        ks[i] += n;
         e += gain;
-        t += b;
+        t += seconds;
     }
     ks
 }
@@ -348,6 +396,7 @@ mod tests {
                 alpha,
                 max,
                 weight: 1.0,
+                once: 0.0,
             })
             .collect()
     }
@@ -375,6 +424,35 @@ mod tests {
     }
 
     #[test]
+    fn a_first_draft_pays_for_the_catching_up() {
+        // 4 ms + 1.2 ms a unit of work; one sequence alone, α = 0.8.
+        let c = fitted(0.004, 0.0012);
+        let w = 1.27;
+        let with = |once: f64| {
+            let d = Demand {
+                alpha: 0.8,
+                max: 8,
+                weight: 1.0,
+                once,
+            };
+            allocate(&c, w, w, 0.0, 1.0, &[d])[0]
+        };
+        assert!(with(0.0) > 0);
+        // Catching up worth two draft rows: a first draft alone would not pay for it, a few
+        // together do.
+        assert!(with(0.003) >= 2, "{}", with(0.003));
+        // Worth ten steps: no drafts.
+        assert_eq!(with(0.06), 0);
+        // Spreading: the steady state's rows are charged whole, a fresh prompt's spread over
+        // the steps left, never below the steady state's.
+        assert_eq!(catch_up_rows(1, 100.0), 1.0);
+        assert_eq!(catch_up_rows(3, 100.0), 3.0);
+        assert_eq!(catch_up_rows(300, 140.0), STEADY_ROWS);
+        assert_eq!(catch_up_rows(300, 10.0), 30.0);
+        assert_eq!(catch_up_rows(0, 0.0), 0.0);
+    }
+
+    #[test]
     fn urgency_favours_the_sequences_furthest_from_done() {
         assert_eq!(urgency(&[200, 100, 0]), [1.0, 0.75, 0.5]);
         // Budgets past the horizon count alike.
@@ -386,6 +464,7 @@ mod tests {
             alpha: 0.7,
             max: 8,
             weight,
+            once: 0.0,
         };
         // Equal weights, whatever their scale, give the unweighted allocation.
         let unweighted = allocate(&c, n * w, w, 0.0, n, &plain(&[(0.7, 8), (0.7, 8)]));

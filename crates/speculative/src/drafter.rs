@@ -34,6 +34,11 @@ pub trait Drafter {
     fn catch_up(&mut self, _requests: &[DraftRequest<'_>]) -> Result<usize, ModelError> {
         Ok(0)
     }
+    /// The rows [`Drafter::catch_up`] would run for sequence `key`, `len` tokens long, before
+    /// its next draft (what the adaptive policy charges its first draft).
+    fn backlog(&self, _key: u64, _len: usize) -> usize {
+        0
+    }
     /// Drafts for the sequences that answered [`Guess::AfterSlots`], their slots reserved.
     fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError>;
     /// After verification: the sequence `key` kept the draft nodes `path` (root excluded, in

@@ -279,12 +279,19 @@ impl Speculator {
                 .zip(adaptive::urgency(&left))
                 .collect()
         };
+        let seqs: HashMap<SeqId, &Sequence> = decoding.iter().map(|s| (s.id, *s)).collect();
         let demands: Vec<Demand> = c
             .iter()
-            .map(|c| Demand {
-                alpha: c.alpha,
-                max: c.max,
-                weight: weights[&c.id],
+            .map(|c| {
+                let seq = seqs[&c.id];
+                let backlog = self.drafter.backlog(c.id.0, seq.tokens().len());
+                let steps_left = remaining(seq) as f64 / (1.0 + c.alpha);
+                Demand {
+                    alpha: c.alpha,
+                    max: c.max,
+                    weight: weights[&c.id],
+                    once: self.catch_up_seconds * adaptive::catch_up_rows(backlog, steps_left),
+                }
             })
             .collect();
         let ks = adaptive::allocate(

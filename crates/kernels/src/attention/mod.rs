@@ -150,8 +150,18 @@ pub fn write_kv<E: KvElem>(
     }
 }
 
+/// One row's query heads of one KV head's group (`q` and `out`: `G × head_dim`) and the
+/// positions it sees.
+#[derive(Debug)]
+pub struct QueryRow<'a> {
+    pub q: &'a [f32],
+    pub out: &'a mut [f32],
+    pub ctx: Context<'a>,
+}
+
 /// `out` (n_heads × head_dim) = softmax(q·Kᵀ · scale) · V over the positions of `ctx`, with
-/// grouped query heads (`n_heads / n_kv_heads` query heads share a KV head). `scores` is scratch.
+/// grouped query heads (`n_heads / n_kv_heads` query heads share a KV head). `scratch` is
+/// scratch.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention<E: KvElem>(
     q: &[f32],
@@ -162,41 +172,70 @@ pub fn paged_attention<E: KvElem>(
     ctx: Context<'_>,
     scale: f32,
     out: &mut [f32],
-    scores: &mut Vec<f32>,
+    scratch: &mut Vec<f32>,
 ) {
-    paged_attention_on(
+    paged_attention_rows(q, keys, values, shape, blocks, &[ctx], scale, out, scratch);
+}
+
+/// [`paged_attention`] for several rows of one sequence at once (`q` and `out`: a row of
+/// `n_heads × head_dim` each, row `r` seeing `contexts[r]`): the part of the context every row
+/// sees is read once for all of them, and each row's result is bitwise its result alone.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_rows<E: KvElem>(
+    q: &[f32],
+    keys: &[E],
+    values: &[E],
+    shape: KvShape,
+    blocks: &[u32],
+    contexts: &[Context<'_>],
+    scale: f32,
+    out: &mut [f32],
+    scratch: &mut Vec<f32>,
+) {
+    all_heads_on(
         isa(),
         q,
         keys,
         values,
         shape,
         blocks,
-        ctx,
+        contexts,
         scale,
         out,
-        scores,
+        scratch,
     );
 }
 
-/// [`paged_attention`] on the kernels of `isa` (which the CPU must have).
+/// [`paged_attention_rows`] on the kernels of `isa` (which the CPU must have).
 #[allow(clippy::too_many_arguments)]
-fn paged_attention_on<E: KvElem>(
+fn all_heads_on<E: KvElem>(
     isa: Isa,
     q: &[f32],
     keys: &[E],
     values: &[E],
     shape: KvShape,
     blocks: &[u32],
-    ctx: Context<'_>,
+    contexts: &[Context<'_>],
     scale: f32,
     out: &mut [f32],
-    scores: &mut Vec<f32>,
+    scratch: &mut Vec<f32>,
 ) {
     assert_eq!(q.len(), out.len());
-    let width = q.len() / shape.n_kv_heads;
-    for (kvh, (q, out)) in q.chunks(width).zip(out.chunks_mut(width)).enumerate() {
-        group_on(
-            isa, q, keys, values, shape, blocks, ctx, kvh, scale, out, scores,
+    let n_kv = shape.n_kv_heads;
+    let width = q.len() / (contexts.len() * n_kv);
+    let mut groups: Vec<(&[f32], &mut [f32])> =
+        q.chunks(width).zip(out.chunks_mut(width)).collect();
+    for kvh in 0..n_kv {
+        let mut rows: Vec<QueryRow<'_>> = groups
+            .chunks_mut(n_kv)
+            .zip(contexts)
+            .map(|(row, &ctx)| {
+                let (q, out) = &mut row[kvh];
+                QueryRow { q, out, ctx }
+            })
+            .collect();
+        rows_on(
+            isa, keys, values, shape, blocks, &mut rows, kvh, scale, scratch,
         );
     }
 }
@@ -214,67 +253,118 @@ pub fn paged_attention_group<E: KvElem>(
     kvh: usize,
     scale: f32,
     out: &mut [f32],
-    scores: &mut Vec<f32>,
+    scratch: &mut Vec<f32>,
 ) {
-    group_on(
+    let mut rows = [QueryRow { q, out, ctx }];
+    rows_on(
         isa(),
-        q,
         keys,
         values,
         shape,
         blocks,
-        ctx,
+        &mut rows,
         kvh,
         scale,
-        out,
-        scores,
+        scratch,
     );
 }
 
-/// [`paged_attention_group`] on the kernels of `isa` (which the CPU must have): AVX-512 for
-/// head sizes that are multiples of 16, AVX2 (with AVX-VNNI too) for multiples of 8, else the
-/// portable loops.
+/// [`paged_attention_group`] for several rows of one sequence (each row's group of query heads
+/// of KV head `kvh`), reading the part of the context they all see once: bitwise each row's
+/// [`paged_attention_group`].
 #[allow(clippy::too_many_arguments)]
-fn group_on<E: KvElem>(
-    isa: Isa,
-    q: &[f32],
+pub fn paged_attention_rows_group<E: KvElem>(
     keys: &[E],
     values: &[E],
     shape: KvShape,
     blocks: &[u32],
-    ctx: Context<'_>,
+    rows: &mut [QueryRow<'_>],
     kvh: usize,
     scale: f32,
-    out: &mut [f32],
-    scores: &mut Vec<f32>,
+    scratch: &mut Vec<f32>,
 ) {
-    assert!(
-        !ctx.is_empty() && ctx.slot_end() <= blocks.len() * shape.block_size,
-        "context beyond the blocks"
+    rows_on(
+        isa(),
+        keys,
+        values,
+        shape,
+        blocks,
+        rows,
+        kvh,
+        scale,
+        scratch,
     );
-    assert_eq!(q.len(), out.len());
+}
+
+/// [`paged_attention_rows_group`] on the kernels of `isa` (which the CPU must have): AVX-512
+/// for head sizes that are multiples of 16, AVX2 (with AVX-VNNI too) for multiples of 8, else
+/// the portable loops. Rows whose windows start at different slots run one at a time.
+#[allow(clippy::too_many_arguments)]
+fn rows_on<E: KvElem>(
+    isa: Isa,
+    keys: &[E],
+    values: &[E],
+    shape: KvShape,
+    blocks: &[u32],
+    rows: &mut [QueryRow<'_>],
+    kvh: usize,
+    scale: f32,
+    scratch: &mut Vec<f32>,
+) {
+    for row in rows.iter() {
+        assert!(
+            !row.ctx.is_empty() && row.ctx.slot_end() <= blocks.len() * shape.block_size,
+            "context beyond the blocks"
+        );
+        assert_eq!(row.q.len(), row.out.len());
+        assert!(row.q.len() == rows[0].q.len() && row.q.len().is_multiple_of(shape.head_dim));
+    }
+    if rows.len() > 1 && rows.iter().any(|r| r.ctx.start != rows[0].ctx.start) {
+        for row in rows.chunks_mut(1) {
+            rows_on(isa, keys, values, shape, blocks, row, kvh, scale, scratch);
+        }
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && shape.head_dim.is_multiple_of(16) {
         assert!(isa.available(), "{isa:?} kernels on a CPU without them");
-        let kv = vector::Kv::new(keys, values, shape, blocks, ctx, kvh);
+        let kv = vector::Kv::new(keys, values, shape, blocks, rows, kvh);
         // SAFETY: Avx512 means the CPU has AVX-512 F, BW and VL, F16C and FMA
         // (Isa::available, asserted).
-        unsafe { vector::attention_avx512(&kv, q, scale, out, scores) };
+        unsafe { vector::attention_avx512(&kv, rows, scale, scratch) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 && shape.head_dim.is_multiple_of(8) {
         assert!(isa.available(), "{isa:?} kernels on a CPU without them");
-        let kv = vector::Kv::new(keys, values, shape, blocks, ctx, kvh);
+        let kv = vector::Kv::new(keys, values, shape, blocks, rows, kvh);
         // SAFETY: Avx2 and above mean the CPU has AVX2, F16C and FMA (Isa::available,
         // asserted).
-        unsafe { vector::attention_avx2(&kv, q, scale, out, scores) };
+        unsafe { vector::attention_avx2(&kv, rows, scale, scratch) };
         return;
     }
+    for row in rows {
+        portable_group(keys, values, shape, blocks, row, kvh, scale, scratch);
+    }
+}
+
+/// One row's group of query heads over its context, in plain loops.
+#[allow(clippy::too_many_arguments)]
+fn portable_group<E: KvElem>(
+    keys: &[E],
+    values: &[E],
+    shape: KvShape,
+    blocks: &[u32],
+    row: &mut QueryRow<'_>,
+    kvh: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+) {
+    let ctx = row.ctx;
     let n_ctx = ctx.len();
     let d = shape.head_dim;
     scores.resize(n_ctx, 0.0);
-    for (qh, oh) in q.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+    for (qh, oh) in row.q.chunks_exact(d).zip(row.out.chunks_exact_mut(d)) {
         for (t, s) in scores.iter_mut().enumerate() {
             let dot = (0..d).fold(0.0f32, |acc, i| {
                 acc + qh[i] * keys[shape.key_index(blocks, ctx.slot(t), kvh, i)].to_f32()
@@ -295,6 +385,34 @@ fn group_on<E: KvElem>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`paged_attention`] on the kernels of `isa`.
+    #[allow(clippy::too_many_arguments)]
+    fn paged_attention_on<E: KvElem>(
+        isa: Isa,
+        q: &[f32],
+        keys: &[E],
+        values: &[E],
+        shape: KvShape,
+        blocks: &[u32],
+        ctx: Context<'_>,
+        scale: f32,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        all_heads_on(
+            isa,
+            q,
+            keys,
+            values,
+            shape,
+            blocks,
+            &[ctx],
+            scale,
+            out,
+            scratch,
+        );
+    }
 
     /// Every kernel path this CPU has.
     fn paths() -> Vec<Isa> {
@@ -504,6 +622,126 @@ mod tests {
                     half.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                     full.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                     "{isa:?}, {n_ctx} positions"
+                );
+            }
+        }
+    }
+
+    /// Rows attended together (a verification's consecutive rows, a prompt's, a draft tree's
+    /// nodes over a shared root, windows that start at different slots) give bitwise each
+    /// row's result alone, on every path, for both stores.
+    #[test]
+    fn rows_together_are_bitwise_each_row_alone() {
+        for isa in paths() {
+            for (head_dim, n_kv_heads, n_heads, block_size) in [
+                (64, 3, 9, 16),
+                (64, 2, 14, 16),
+                (48, 1, 5, 24),
+                (16, 2, 4, 16),
+            ] {
+                let shape = KvShape {
+                    block_size,
+                    n_kv_heads,
+                    head_dim,
+                };
+                rows_together_on::<f32>(isa, shape, n_heads);
+                rows_together_on::<f16>(isa, shape, n_heads);
+            }
+        }
+    }
+
+    fn rows_together_on<E: KvElem>(isa: Isa, shape: KvShape, n_heads: usize) {
+        let wave = |t: usize, i: usize, f: f32| ((t * 31 + i * 7) as f32 * f).sin();
+        let kvd = shape.token_stride();
+        let n_blocks = 12;
+        let blocks: Vec<u32> = (0..n_blocks as u32)
+            .map(|b| (b * 5) % n_blocks as u32)
+            .collect();
+        let mut keys = vec![E::default(); n_blocks * shape.block_stride()];
+        let mut values = keys.clone();
+        for slot in 0..n_blocks * shape.block_size {
+            let k: Vec<f32> = (0..kvd).map(|i| wave(slot, i, 0.37)).collect();
+            let v: Vec<f32> = (0..kvd).map(|i| wave(slot, i, 0.11) * 2.0).collect();
+            write_kv(&mut keys, &mut values, shape, &blocks, slot, &k, &v);
+        }
+        let tails = [
+            vec![100usize],
+            vec![100, 101],
+            vec![100, 103],
+            vec![100, 101, 104],
+        ];
+        let cases: Vec<Vec<Context<'_>>> = vec![
+            // A verification: 5 consecutive rows.
+            (60..65).map(Context::causal).collect(),
+            // A prompt's rows from the start, and rows across a block boundary.
+            (1..9).map(Context::causal).collect(),
+            (14..20).map(Context::causal).collect(),
+            // A draft tree's nodes over a root at 100.
+            tails
+                .iter()
+                .map(|t| Context {
+                    start: 0,
+                    direct: 100,
+                    tail: t,
+                })
+                .collect(),
+            // Sliding windows: the same start, then starts that differ.
+            (60..64)
+                .map(|n| Context {
+                    start: 40,
+                    ..Context::causal(n)
+                })
+                .collect(),
+            (60..64)
+                .map(|n| Context::causal(n).windowed(Some(20), n - 1))
+                .collect(),
+            // One row.
+            vec![Context::causal(33)],
+        ];
+        for contexts in &cases {
+            let width = n_heads * shape.head_dim;
+            let q: Vec<f32> = (0..contexts.len() * width)
+                .map(|i| wave(99, i, 0.23))
+                .collect();
+            let mut together = vec![0f32; q.len()];
+            let scale = 0.125;
+            let mut scratch = Vec::new();
+            all_heads_on(
+                isa,
+                &q,
+                &keys,
+                &values,
+                shape,
+                &blocks,
+                contexts,
+                scale,
+                &mut together,
+                &mut scratch,
+            );
+            for (r, ctx) in contexts.iter().enumerate() {
+                let at = r * width..(r + 1) * width;
+                let mut alone = vec![0f32; width];
+                paged_attention_on(
+                    isa,
+                    &q[at.clone()],
+                    &keys,
+                    &values,
+                    shape,
+                    &blocks,
+                    *ctx,
+                    scale,
+                    &mut alone,
+                    &mut scratch,
+                );
+                assert!(
+                    alone.iter().all(|x| x.is_finite()),
+                    "{isa:?}: row {r} of {contexts:?}"
+                );
+                assert_eq!(
+                    together[at].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    alone.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "{isa:?}, {:?}, {shape:?}, {n_heads} heads: row {r} of {contexts:?}",
+                    E::DTYPE
                 );
             }
         }

@@ -13,7 +13,7 @@ use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
 use crate::kv_store::{KvLayer, KvSlices};
 use crate::weights::LayerWeights;
-use kernels::attention::{Context, KvElem, paged_attention_group, write_kv};
+use kernels::attention::{Context, KvElem, QueryRow, paged_attention_rows_group, write_kv};
 use kernels::gemm::{Activations, gemm, gemm_many};
 use kernels::ops::{RopeFreqs, add_bias, gated_mul, rms_norm, rope_angles, rope_apply};
 use rayon::prelude::*;
@@ -292,9 +292,10 @@ fn store_rows<E: KvElem>(batch: &BatchRows<'_>, k: &[f32], v: &[f32], kv: &mut K
 }
 
 /// Causal attention of every row over its sequence's positions up to its own (a tree node's:
-/// its ancestors'; the last `window` of them in a sliding-window layer), split over the kernel
-/// threads by row and KV head, so that even one row's attention (a decode step) runs on every
-/// thread.
+/// its ancestors'; the last `window` of them in a sliding-window layer). Consecutive rows of a
+/// sequence (a verification's, a prompt's) attend together, so the context they share is read
+/// once for them; the work is split over the kernel threads by such runs of rows and KV head,
+/// into enough pieces that even one row's attention (a decode step) runs on every thread.
 pub(crate) fn attend(
     batch: &BatchRows<'_>,
     q: &[f32],
@@ -321,22 +322,59 @@ fn attend_in<E: KvElem>(
     let (keys, values, shape) = (&*kv.keys, &*kv.values, kv.shape);
     let n_kv = shape.n_kv_heads;
     let width = q.len() / (batch.len() * n_kv);
-    out.par_chunks_mut(width)
-        .zip(q.par_chunks(width))
-        .enumerate()
-        .for_each_init(Vec::new, |scores, (job, (out, q))| {
-            let row = &batch.rows[job / n_kv];
-            paged_attention_group(
-                q,
-                keys,
-                values,
-                shape,
-                batch.seqs[row.seq].blocks,
-                row.context(window),
-                job % n_kv,
-                scale,
-                out,
-                scores,
-            );
+    let mut groups: Vec<Option<(&[f32], &mut [f32])>> = q
+        .chunks(width)
+        .zip(out.chunks_mut(width))
+        .map(Some)
+        .collect();
+    let mut jobs = Vec::new();
+    // Two jobs a thread where the batch has that many rows.
+    let min_runs = (2 * rayon::current_num_threads()).div_ceil(n_kv);
+    for run in row_runs(batch, min_runs) {
+        for kvh in 0..n_kv {
+            let rows: Vec<QueryRow<'_>> = run
+                .clone()
+                .map(|r| {
+                    let (q, out) = groups[r * n_kv + kvh].take().expect("each group once");
+                    QueryRow {
+                        q,
+                        out,
+                        ctx: batch.rows[r].context(window),
+                    }
+                })
+                .collect();
+            jobs.push((batch.seqs[batch.rows[run.start].seq].blocks, rows, kvh));
+        }
+    }
+    jobs.into_par_iter()
+        .for_each_init(Vec::new, |scratch, (blocks, mut rows, kvh)| {
+            paged_attention_rows_group(keys, values, shape, blocks, &mut rows, kvh, scale, scratch);
         });
+}
+
+/// Rows attended together at most: a prompt's rows come in runs this long, each reading the
+/// context before its first row once.
+const ROWS_TOGETHER: usize = 8;
+
+/// The batch's rows in runs of consecutive rows of one sequence (at most [`ROWS_TOGETHER`]),
+/// a sequence's rows split into more runs where the batch would otherwise have fewer than
+/// `min_runs`.
+fn row_runs(batch: &BatchRows<'_>, min_runs: usize) -> Vec<std::ops::Range<usize>> {
+    let per_seq = min_runs.div_ceil(batch.seqs.len().max(1));
+    let mut runs = Vec::new();
+    let mut first = 0;
+    while first < batch.len() {
+        let seq = batch.rows[first].seq;
+        let end = first
+            + batch.rows[first..]
+                .iter()
+                .take_while(|r| r.seq == seq)
+                .count();
+        let n = end - first;
+        let pieces = n.div_ceil(ROWS_TOGETHER).max(per_seq.min(n));
+        let len = n.div_ceil(pieces);
+        runs.extend((first..end).step_by(len).map(|a| a..(a + len).min(end)));
+        first = end;
+    }
+    runs
 }

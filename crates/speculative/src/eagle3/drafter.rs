@@ -624,6 +624,15 @@ impl Drafter for Eagle3Drafter {
         Ok(kernels::threads::run(|| self.extend(requests).1))
     }
 
+    fn backlog(&self, key: u64, len: usize) -> usize {
+        // `extend` runs the pending rows whose next token is known.
+        self.seqs.get(&key).map_or(0, |s| {
+            s.pending_end(self.feature_width())
+                .min(len.saturating_sub(1))
+                .saturating_sub(s.pending_start)
+        })
+    }
+
     fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {
         Ok(kernels::threads::run(|| self.propose(requests)))
     }
