@@ -240,38 +240,9 @@ fn all_heads_on<E: KvElem>(
     }
 }
 
-/// [`paged_attention`] for the query heads of KV head `kvh` alone (`q` and `out` hold that
-/// group's heads): a row's groups are independent, so they can run on different threads.
-#[allow(clippy::too_many_arguments)]
-pub fn paged_attention_group<E: KvElem>(
-    q: &[f32],
-    keys: &[E],
-    values: &[E],
-    shape: KvShape,
-    blocks: &[u32],
-    ctx: Context<'_>,
-    kvh: usize,
-    scale: f32,
-    out: &mut [f32],
-    scratch: &mut Vec<f32>,
-) {
-    let mut rows = [QueryRow { q, out, ctx }];
-    rows_on(
-        isa(),
-        keys,
-        values,
-        shape,
-        blocks,
-        &mut rows,
-        kvh,
-        scale,
-        scratch,
-    );
-}
-
-/// [`paged_attention_group`] for several rows of one sequence (each row's group of query heads
-/// of KV head `kvh`), reading the part of the context they all see once: bitwise each row's
-/// [`paged_attention_group`].
+/// [`paged_attention_rows`] for the query heads of KV head `kvh` alone (each row's `q` and
+/// `out` hold that group's heads): the KV heads are independent, so they can run on different
+/// threads, and so can a sequence's rows split into runs. Bitwise each row's result alone.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention_rows_group<E: KvElem>(
     keys: &[E],

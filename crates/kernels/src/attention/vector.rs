@@ -133,10 +133,9 @@ fn attention<S: WideLoads, E: KvElem>(
     for set in heads.chunks(MAX_HEADS) {
         direct_scores(s, kv, set, shared, scale);
     }
-    let mut first = 0;
-    for row in rows.iter() {
-        let own = &heads[first..first + row.q.len() / d];
-        first += own.len();
+    // Every row has one KV head's group of query heads.
+    let group = rows[0].q.len() / d;
+    for (row, own) in rows.iter().zip(heads.chunks(group)) {
         let span = own_span(row, common);
         for set in own.chunks(MAX_HEADS) {
             direct_scores(s, kv, set, span, scale);
@@ -150,10 +149,7 @@ fn attention<S: WideLoads, E: KvElem>(
     for set in heads.chunks(MAX_HEADS) {
         weighted_values(s, kv, set, shared, false);
     }
-    let mut first = 0;
-    for row in rows.iter() {
-        let own = &heads[first..first + row.q.len() / d];
-        first += own.len();
+    for (row, own) in rows.iter().zip(heads.chunks(group)) {
         for set in own.chunks(MAX_HEADS) {
             weighted_values(s, kv, set, own_span(row, common), true);
         }
