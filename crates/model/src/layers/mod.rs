@@ -330,7 +330,8 @@ fn attend_in<E: KvElem>(
     let mut jobs = Vec::new();
     // Two jobs a thread where the batch has that many rows.
     let min_runs = (2 * rayon::current_num_threads()).div_ceil(n_kv);
-    for run in row_runs(batch, min_runs) {
+    let row_seqs: Vec<usize> = batch.rows.iter().map(|r| r.seq).collect();
+    for run in row_runs(&row_seqs, batch.seqs.len(), min_runs) {
         for kvh in 0..n_kv {
             let rows: Vec<QueryRow<'_>> = run
                 .clone()
@@ -356,20 +357,16 @@ fn attend_in<E: KvElem>(
 /// context before its first row once.
 const ROWS_TOGETHER: usize = 8;
 
-/// The batch's rows in runs of consecutive rows of one sequence (at most [`ROWS_TOGETHER`]),
-/// a sequence's rows split into more runs where the batch would otherwise have fewer than
-/// `min_runs`.
-fn row_runs(batch: &BatchRows<'_>, min_runs: usize) -> Vec<std::ops::Range<usize>> {
-    let per_seq = min_runs.div_ceil(batch.seqs.len().max(1));
+/// The rows (each of the sequence `row_seqs[r]`, a sequence's rows consecutive) in runs of
+/// consecutive rows of one sequence (at most [`ROWS_TOGETHER`]), a sequence's rows split into
+/// more runs where the `n_seqs` sequences would otherwise give fewer than `min_runs`.
+fn row_runs(row_seqs: &[usize], n_seqs: usize, min_runs: usize) -> Vec<std::ops::Range<usize>> {
+    let per_seq = min_runs.div_ceil(n_seqs.max(1));
     let mut runs = Vec::new();
     let mut first = 0;
-    while first < batch.len() {
-        let seq = batch.rows[first].seq;
-        let end = first
-            + batch.rows[first..]
-                .iter()
-                .take_while(|r| r.seq == seq)
-                .count();
+    while first < row_seqs.len() {
+        let seq = row_seqs[first];
+        let end = first + row_seqs[first..].iter().take_while(|&&s| s == seq).count();
         let n = end - first;
         let pieces = n.div_ceil(ROWS_TOGETHER).max(per_seq.min(n));
         let len = n.div_ceil(pieces);
@@ -377,4 +374,33 @@ fn row_runs(batch: &BatchRows<'_>, min_runs: usize) -> Vec<std::ops::Range<usize
         first = end;
     }
     runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_attend_in_runs_of_one_sequence() {
+        // A decode row, a verification of 5 rows, a 20-row prompt chunk.
+        let seqs: Vec<usize> = [vec![0], vec![1; 5], vec![2; 20]].concat();
+        let runs = row_runs(&seqs, 3, 2);
+        assert_eq!(runs, [0..1, 1..6, 6..13, 13..20, 20..26]);
+        // Alone in a step on 2 threads over 3 KV heads (2 runs wanted): the verification splits
+        // so that both threads have work.
+        assert_eq!(row_runs(&[0; 5], 1, 2), [0..3, 3..5]);
+        assert_eq!(row_runs(&[0], 1, 2), [0..1]);
+        // Every row once, in order, and no run longer than ROWS_TOGETHER.
+        for (seqs, n, min) in [(&seqs[..], 3, 8), (&[0usize; 17][..], 1, 1)] {
+            let runs = row_runs(seqs, n, min);
+            assert_eq!(
+                runs.iter().flat_map(|r| r.clone()).collect::<Vec<_>>(),
+                (0..seqs.len()).collect::<Vec<_>>()
+            );
+            assert!(
+                runs.iter().all(|r| r.len() <= ROWS_TOGETHER
+                    && seqs[r.clone()].iter().all(|&s| s == seqs[r.start]))
+            );
+        }
+    }
 }
