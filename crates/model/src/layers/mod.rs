@@ -389,7 +389,7 @@ mod tests {
         // Alone in a step on 2 threads over 3 KV heads (2 runs wanted): the verification splits
         // so that both threads have work.
         assert_eq!(row_runs(&[0; 5], 1, 2), [0..3, 3..5]);
-        assert_eq!(row_runs(&[0], 1, 2), [0..1]);
+        assert_eq!(row_runs(&[0], 1, 2), vec![0..1]);
         // Every row once, in order, and no run longer than ROWS_TOGETHER.
         for (seqs, n, min) in [(&seqs[..], 3, 8), (&[0usize; 17][..], 1, 1)] {
             let runs = row_runs(seqs, n, min);
