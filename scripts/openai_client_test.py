@@ -22,7 +22,7 @@ def check(cond, what):
     checks += 1
 
 
-question = [{"role": "user", "content": "Which city is the capital of France?"}]
+question = [{"role": "user", "content": "Name the capital city of France."}]
 
 # Chat, whole response.
 r = client.chat.completions.create(model=model, messages=question, max_tokens=24, temperature=0)

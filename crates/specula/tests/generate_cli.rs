@@ -22,7 +22,7 @@ fn chat_generation_answers_and_reports_speed() {
     let out = generate(&[
         "--chat",
         "--prompt",
-        "Which city is the capital of France?",
+        "Name the capital city of France.",
         "--max-tokens",
         "24",
     ]);

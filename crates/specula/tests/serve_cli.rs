@@ -25,7 +25,7 @@ async fn chat_and_completions_answer_with_usage_streamed_or_not() {
     let greedy = json!({"temperature": 0, "max_tokens": 24, "model": "smol"});
     let (status, full) = post(
         &s.url("/v1/chat/completions"),
-        chat_body("Which city is the capital of France?", greedy.clone()),
+        chat_body("Name the capital city of France.", greedy.clone()),
     )
     .await;
     assert_eq!(status, 200, "{full}");
@@ -40,7 +40,7 @@ async fn chat_and_completions_answer_with_usage_streamed_or_not() {
     );
 
     // The same request streamed: the same text, a role chunk first, usage at the end.
-    let mut body = chat_body("Which city is the capital of France?", greedy);
+    let mut body = chat_body("Name the capital city of France.", greedy);
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
     let r = client()
@@ -83,7 +83,7 @@ async fn chat_and_completions_answer_with_usage_streamed_or_not() {
     let (_, stopped) = post(
         &s.url("/v1/chat/completions"),
         chat_body(
-            "Which city is the capital of France?",
+            "Name the capital city of France.",
             json!({"temperature": 0, "max_tokens": 24, "stop": ["Paris"]}),
         ),
     )

@@ -298,7 +298,7 @@ async fn the_real_model_with_tools_and_both_parsers_answers_streamed_or_not() {
     let (_, plain) = post(
         &url,
         chat_body(
-            "Which city is the capital of France?",
+            "Name the capital city of France.",
             json!({"temperature": 0, "max_tokens": 16}),
         ),
     )
