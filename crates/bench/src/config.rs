@@ -31,6 +31,8 @@ pub enum DatasetSpec {
     Synthetic,
     /// Built-in requests whose answer repeats much of the prompt (rewrite, copy, extract).
     Rewrite,
+    /// Built-in programming requests (write, explain, fix, convert, test, edit code).
+    Code,
     /// Random words, about this many tokens per prompt.
     Random { input_tokens: usize },
     /// `groups` system prompts of about `prefix_tokens` tokens shared by the requests of each
@@ -43,7 +45,7 @@ pub enum DatasetSpec {
 }
 
 impl DatasetSpec {
-    /// Parses `synthetic`, `rewrite`, `random:N`, `shared-prefix:TOKENS:GROUPS`, `sharegpt` or
+    /// Parses `synthetic`, `rewrite`, `code`, `random:N`, `shared-prefix:TOKENS:GROUPS`, `sharegpt` or
     /// a file path.
     pub fn parse(s: &str) -> Result<Self, String> {
         if let Some(rest) = s.strip_prefix("shared-prefix:") {
@@ -65,6 +67,7 @@ impl DatasetSpec {
         match s {
             "synthetic" => Ok(Self::Synthetic),
             "rewrite" => Ok(Self::Rewrite),
+            "code" => Ok(Self::Code),
             "sharegpt" => Ok(Self::ShareGpt),
             _ => match s.strip_prefix("random:") {
                 Some(n) => match n.parse::<usize>() {

@@ -1,6 +1,7 @@
 //! Workloads: which prompts are sent, and when (the arrival schedule).
 
 mod arrivals;
+mod code;
 mod file;
 mod plan;
 mod random;
@@ -88,6 +89,7 @@ impl Dataset {
         let (name, mut prompts, notes) = match spec {
             DatasetSpec::Synthetic => ("synthetic".to_string(), synthetic::prompts(), Vec::new()),
             DatasetSpec::Rewrite => ("rewrite".to_string(), rewrite::prompts(), Vec::new()),
+            DatasetSpec::Code => ("code".to_string(), code::prompts(), Vec::new()),
             DatasetSpec::Random { input_tokens } => (
                 format!("random:{input_tokens}"),
                 random::prompts(*input_tokens, min_prompts.max(1), seed),
@@ -172,6 +174,18 @@ mod tests {
         // Long enough that a copy fills most of a 200-token answer (prose is about 4 characters
         // a token, code 2–3).
         assert!(d.prompts.iter().all(|p| p.text().len() > 500));
+    }
+
+    #[test]
+    fn code_requests_are_many_and_most_carry_code() {
+        let d = Dataset::load(&DatasetSpec::Code, 1, 0).unwrap();
+        assert!(d.prompts.len() >= 100, "{} prompts", d.prompts.len());
+        let with_code = d
+            .prompts
+            .iter()
+            .filter(|p| p.text().contains("```"))
+            .count();
+        assert!(2 * with_code > d.prompts.len(), "{with_code} carry code");
     }
 
     #[test]

@@ -11,8 +11,12 @@ struct Line {
 }
 
 pub fn prompts() -> Vec<Prompt> {
-    PROMPTS_JSONL
-        .lines()
+    from_jsonl(PROMPTS_JSONL)
+}
+
+/// A built-in set's prompts, one `{"prompt", ...}` object a line.
+pub(super) fn from_jsonl(text: &str) -> Vec<Prompt> {
+    text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let line: Line = serde_json::from_str(l).expect("built-in prompt set is valid JSONL");
