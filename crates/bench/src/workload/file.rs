@@ -15,6 +15,38 @@ const MAX_SHAREGPT_PROMPT_CHARS: usize = 4_096;
 /// A remark about a loaded file, shown once before the run.
 pub type LoadNote = String;
 
+/// A prompt and, where its conversation opens with a person's turn answered by the assistant's,
+/// that answer (text for training draft heads on the dataset's own answers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exchange {
+    pub prompt: Prompt,
+    pub reply: Option<String>,
+}
+
+/// Loads a prompt file as exchanges: prompts in `load_file`'s order, with the dataset's answers
+/// where a ShareGPT conversation has them (JSONL prompts have none).
+pub fn load_exchanges(path: &Path) -> Result<(Vec<Exchange>, Vec<LoadNote>), WorkloadError> {
+    let bytes = std::fs::read(path).map_err(|error| WorkloadError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return parse_sharegpt_exchanges(&bytes).map_err(|message| WorkloadError::BadFile {
+            path: path.to_path_buf(),
+            message,
+        });
+    }
+    let (prompts, notes) = load_file(path)?;
+    let exchanges = prompts
+        .into_iter()
+        .map(|prompt| Exchange {
+            prompt,
+            reply: None,
+        })
+        .collect();
+    Ok((exchanges, notes))
+}
+
 pub fn load_file(path: &Path) -> Result<(Vec<Prompt>, Vec<LoadNote>), WorkloadError> {
     let bytes = std::fs::read(path).map_err(|error| WorkloadError::Io {
         path: path.to_path_buf(),
@@ -75,8 +107,23 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<Prompt>, (usize, String)> {
 
 #[derive(Deserialize)]
 struct Turn {
+    #[serde(default, alias = "role")]
+    from: Option<String>,
     #[serde(alias = "content")]
     value: String,
+}
+
+impl Turn {
+    fn is_person(&self) -> bool {
+        matches!(self.from.as_deref(), Some("human" | "user"))
+    }
+
+    fn is_assistant(&self) -> bool {
+        matches!(
+            self.from.as_deref(),
+            Some("gpt" | "assistant" | "chatgpt" | "bard" | "bing")
+        )
+    }
 }
 
 #[derive(Deserialize)]
@@ -89,6 +136,12 @@ struct Conversation {
 /// split conversations open with the assistant). A broken tail (a file cut off mid-element) ends the
 /// parse with a note instead of an error.
 pub fn parse_sharegpt(bytes: &[u8]) -> Result<(Vec<Prompt>, Vec<LoadNote>), String> {
+    let (exchanges, notes) = parse_sharegpt_exchanges(bytes)?;
+    Ok((exchanges.into_iter().map(|e| e.prompt).collect(), notes))
+}
+
+/// `parse_sharegpt` with each prompt's answer where the conversation has one.
+pub fn parse_sharegpt_exchanges(bytes: &[u8]) -> Result<(Vec<Exchange>, Vec<LoadNote>), String> {
     let mut pos = skip_ws(bytes, 0);
     if bytes.get(pos) != Some(&b'[') {
         return Err("expected a JSON array of conversations".into());
@@ -113,7 +166,7 @@ pub fn parse_sharegpt(bytes: &[u8]) -> Result<(Vec<Prompt>, Vec<LoadNote>), Stri
             Some(Ok(raw)) => {
                 pos += stream.byte_offset();
                 elements += 1;
-                match sharegpt_prompt(raw) {
+                match sharegpt_exchange(raw) {
                     Some(p) => prompts.push(p),
                     None => skipped += 1,
                 }
@@ -144,15 +197,27 @@ pub fn parse_sharegpt(bytes: &[u8]) -> Result<(Vec<Prompt>, Vec<LoadNote>), Stri
     Ok((prompts, notes))
 }
 
-fn sharegpt_prompt(raw: &RawValue) -> Option<Prompt> {
+fn sharegpt_exchange(raw: &RawValue) -> Option<Exchange> {
     if let Ok(c) = serde_json::from_str::<Conversation>(raw.get()) {
-        let first = c.conversations.first()?;
+        let [first, second, ..] = c.conversations.as_slice() else {
+            return None;
+        };
         let len = first.value.chars().count();
-        return (c.conversations.len() >= 2 && len > 0 && len <= MAX_SHAREGPT_PROMPT_CHARS)
-            .then(|| Prompt::Text(first.value.clone()));
+        if len == 0 || len > MAX_SHAREGPT_PROMPT_CHARS {
+            return None;
+        }
+        let answered = first.is_person() && second.is_assistant() && !second.value.is_empty();
+        return Some(Exchange {
+            prompt: Prompt::Text(first.value.clone()),
+            reply: answered.then(|| second.value.clone()),
+        });
     }
     // Also accept arrays of JSONL-style objects.
-    parse_jsonl(raw.get()).ok()?.into_iter().next()
+    let prompt = parse_jsonl(raw.get()).ok()?.into_iter().next()?;
+    Some(Exchange {
+        prompt,
+        reply: None,
+    })
 }
 
 fn skip_ws(bytes: &[u8], mut pos: usize) -> usize {
@@ -186,6 +251,15 @@ mod tests {
         );
         assert_eq!(notes.len(), 1, "complete file: no truncation note");
         assert!(notes[0].starts_with("4 conversations read, 3 usable"));
+    }
+
+    #[test]
+    fn sharegpt_exchanges_keep_the_assistants_first_answer() {
+        let (exchanges, _) = parse_sharegpt_exchanges(TWO.as_bytes()).unwrap();
+        let replies: Vec<_> = exchanges.iter().map(|e| e.reply.as_deref()).collect();
+        // The conversation that opens with the assistant has no answer to its first turn.
+        assert_eq!(replies, vec![Some("Hi"), None, Some("ok")]);
+        assert_eq!(exchanges[2].prompt.text(), "Second \"quoted\" prompt");
     }
 
     #[test]

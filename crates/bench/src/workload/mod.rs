@@ -10,7 +10,10 @@ mod shared_prefix;
 mod synthetic;
 
 pub use arrivals::poisson_offsets;
-pub use file::{LoadNote, load_file, parse_jsonl, parse_sharegpt};
+pub use file::{
+    Exchange, LoadNote, load_exchanges, load_file, parse_jsonl, parse_sharegpt,
+    parse_sharegpt_exchanges,
+};
 pub use plan::PromptPlan;
 
 use crate::config::DatasetSpec;

@@ -1,8 +1,10 @@
-//! Self-distillation data: each prompt answered by the target itself through the engine (many
-//! at once, continuous batching), kept as token ids — the prompt as the chat template renders it
-//! and the answer as sampled — in `sequences.jsonl`, one line a prompt, resumable.
+//! Training sequences, kept as token ids in `sequences.jsonl` (one line a prompt; the prompt as
+//! the chat template renders it): self-distillation, each prompt answered by the target itself
+//! through the engine (many at once, continuous batching; resumable), or the dataset's own
+//! answers tokenized.
 
 use anyhow::{Context, bail};
+use bench::workload::Exchange;
 use engine::{EngineConfig, GenerateRequest, TokenEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 use model::Model;
@@ -63,16 +65,12 @@ pub async fn generate(
     // attention kernel took 58% of the time at 64 answers of up to 1,024 tokens); f16 halves
     // that. The answers are training text, not a reference: the features are recomputed later.
     model.kv_cache_dtype = model::KvDtype::F16;
-    let tokenizer = Tokenizer::from_gguf(&model.file).context("cannot build the tokenizer")?;
-    let template = ChatTemplate::from_gguf(&model.file, &tokenizer)
-        .context("the target has no usable chat template")?;
+    let (tokenizer, template) = chat_of(&model)?;
     let answered: std::collections::HashSet<&[u32]> =
         done.iter().map(|s| s.prompt.as_slice()).collect();
     let mut rendered = Vec::new();
     for p in prompts {
-        let messages = [serde_json::json!({"role": "user", "content": p})];
-        let text = template.render(&messages, &ChatOptions::default())?;
-        let ids = tokenizer.encode(&text, true, true)?;
+        let ids = render(&template, &tokenizer, p)?;
         if !ids.is_empty()
             && ids.len() <= settings.max_prompt_tokens
             && !answered.contains(ids.as_slice())
@@ -146,5 +144,72 @@ pub async fn generate(
         bar.inc(1);
     }
     bar.finish();
+    Ok(written)
+}
+
+/// The target's tokenizer and chat template.
+fn chat_of(model: &Model) -> anyhow::Result<(Tokenizer, ChatTemplate)> {
+    let tokenizer = Tokenizer::from_gguf(&model.file).context("cannot build the tokenizer")?;
+    let template = ChatTemplate::from_gguf(&model.file, &tokenizer)
+        .context("the target has no usable chat template")?;
+    Ok((tokenizer, template))
+}
+
+/// A user message as the target's chat template renders it for an answer, in tokens.
+fn render(
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    prompt: &str,
+) -> anyhow::Result<Vec<u32>> {
+    let messages = [serde_json::json!({"role": "user", "content": prompt})];
+    let text = template.render(&messages, &ChatOptions::default())?;
+    Ok(tokenizer.encode(&text, true, true)?)
+}
+
+/// Writes the dataset's own answers as samples: each answered prompt rendered as `generate`
+/// renders it, its answer tokenized as plain text (special-token spellings in it stay text) and
+/// cut at `max_new_tokens`, an uncut answer closed by the end-of-turn token. Written whole or
+/// not at all (through a temporary file). Returns the count written.
+pub fn from_dataset(
+    model_path: &Path,
+    exchanges: &[Exchange],
+    settings: AnswerSettings,
+    out: &Path,
+) -> anyhow::Result<usize> {
+    let model =
+        Model::load(model_path).with_context(|| format!("cannot load {}", model_path.display()))?;
+    let (tokenizer, template) = chat_of(&model)?;
+    let end = *tokenizer
+        .eog_ids()
+        .first()
+        .context("the target has no end-of-turn token")?;
+    let partial = out.with_extension("jsonl.partial");
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(&partial)
+            .with_context(|| format!("cannot write {}", partial.display()))?,
+    );
+    let mut written = 0;
+    for e in exchanges {
+        let Some(reply) = &e.reply else { continue };
+        let prompt = render(&template, &tokenizer, &e.prompt.text())?;
+        if prompt.is_empty() || prompt.len() > settings.max_prompt_tokens {
+            continue;
+        }
+        let mut answer = tokenizer.encode(reply, false, false)?;
+        if answer.len() >= settings.max_new_tokens {
+            answer.truncate(settings.max_new_tokens);
+        } else {
+            answer.push(end);
+        }
+        writeln!(
+            file,
+            "{}",
+            serde_json::to_string(&Sample { prompt, answer })?
+        )?;
+        written += 1;
+    }
+    file.flush()?;
+    drop(file);
+    std::fs::rename(&partial, out)?;
     Ok(written)
 }

@@ -1,7 +1,8 @@
 //! `specula train-draft`: an EAGLE-3 head for a target, trained on this machine. Three stages in
-//! one work folder, each resumable: the target answers ShareGPT's first turns (self-distillation:
-//! `sequences.jsonl`), the runtime captures the streams the head reads (`features/`), and the
-//! trainer fits the head with EAGLE-3's training-time test (`head/`, in SGLang's layout).
+//! one work folder, each resumable: the target answers ShareGPT's first turns (self-distillation)
+//! or the dataset's own answers are taken (`sequences.jsonl`), the runtime captures the streams
+//! the head reads (`features/`), and the trainer fits the head with EAGLE-3's training-time test
+//! (`head/`, in SGLang's layout).
 
 mod answers;
 mod features;
@@ -9,7 +10,8 @@ mod trainer;
 
 use crate::Failure;
 use anyhow::{Context, anyhow, bail};
-use clap::Args;
+use bench::workload::Exchange;
+use clap::{Args, ValueEnum};
 use model::Model;
 use std::path::{Path, PathBuf};
 
@@ -24,6 +26,11 @@ pub struct TrainDraftArgs {
     /// Prompts: `sharegpt` (first turns of ShareGPT V3) or a ShareGPT .json / .jsonl file.
     #[arg(long, default_value = "sharegpt")]
     dataset: String,
+    /// Whose answers the head learns from: `target` (the target answers each prompt itself:
+    /// self-distillation, slow) or `dataset` (the dataset's own answers, read by the target in
+    /// one pass; the loss is still against the target's distribution at every token).
+    #[arg(long, value_enum, default_value_t = AnswerSource::Target)]
+    answers: AnswerSource,
     /// Prompts answered for training.
     #[arg(long, default_value_t = 2000)]
     num_prompts: usize,
@@ -52,6 +59,12 @@ pub struct TrainDraftArgs {
     seed: u64,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AnswerSource {
+    Target,
+    Dataset,
+}
+
 pub async fn run(args: TrainDraftArgs) -> Result<(), Failure> {
     if args.num_prompts == 0 {
         return Err(anyhow!("--num-prompts must be at least 1").into());
@@ -71,44 +84,48 @@ pub async fn run(args: TrainDraftArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The prompts, in file order: the first `num_prompts` for training, the next `held_out` kept.
-async fn prompts(args: &TrainDraftArgs) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+/// The prompts with the dataset's answers, in file order: the first `num_prompts` for
+/// training, the next `held_out` kept.
+async fn prompts(args: &TrainDraftArgs) -> anyhow::Result<(Vec<Exchange>, Vec<String>)> {
     let file = if args.dataset == "sharegpt" {
         tokio::task::spawn_blocking(crate::assets::sharegpt_path).await??
     } else {
         PathBuf::from(&args.dataset)
     };
-    let (prompts, _) = bench::workload::load_file(&file)?;
-    let texts: Vec<String> = prompts.iter().map(|p| p.text()).collect();
-    if texts.len() < args.num_prompts {
+    let (mut exchanges, _) = bench::workload::load_exchanges(&file)?;
+    if exchanges.len() < args.num_prompts {
         bail!(
             "{} has {} prompts; --num-prompts asks for {}",
             file.display(),
-            texts.len(),
+            exchanges.len(),
             args.num_prompts
         );
     }
-    let held = texts[args.num_prompts..]
+    let held = exchanges[args.num_prompts..]
         .iter()
         .take(args.held_out)
-        .cloned()
+        .map(|e| e.prompt.text())
         .collect();
-    Ok((texts[..args.num_prompts].to_vec(), held))
+    exchanges.truncate(args.num_prompts);
+    if args.answers == AnswerSource::Dataset && exchanges.iter().all(|e| e.reply.is_none()) {
+        bail!(
+            "{} has no answers to learn from (--answers dataset needs a ShareGPT file whose conversations open with a person's turn and the assistant's answer)",
+            file.display()
+        );
+    }
+    Ok((exchanges, held))
 }
 
 /// Stage 1: the target's answers (resumed where a previous run stopped).
 async fn answer_stage(args: &TrainDraftArgs, model: &Path) -> anyhow::Result<Vec<answers::Sample>> {
     let out = args.output.join("sequences.jsonl");
-    let (train, held) = prompts(args).await?;
+    let (exchanges, held) = prompts(args).await?;
     let held_path = args.output.join("held_out.jsonl");
     let lines: Vec<String> = held
         .iter()
         .map(|p| serde_json::json!({"prompt": p}).to_string())
         .collect();
     std::fs::write(&held_path, lines.join("\n") + "\n")?;
-    // Resume: answers are appended in completion order, so every prompt is rendered again and
-    // those already answered are skipped by their tokens.
-    let done = answers::read_samples(&out)?;
     let settings = answers::AnswerSettings {
         max_prompt_tokens: args.max_prompt_tokens,
         max_new_tokens: args.max_new_tokens,
@@ -116,6 +133,17 @@ async fn answer_stage(args: &TrainDraftArgs, model: &Path) -> anyhow::Result<Vec
         concurrency: args.concurrency,
         seed: args.seed,
     };
+    if args.answers == AnswerSource::Dataset {
+        if !out.is_file() {
+            let written = answers::from_dataset(model, &exchanges, settings, &out)?;
+            eprintln!("{written} of the dataset's answers tokenized");
+        }
+        return answers::read_samples(&out);
+    }
+    let train: Vec<String> = exchanges.iter().map(|e| e.prompt.text()).collect();
+    // Resume: answers are appended in completion order, so every prompt is rendered again and
+    // those already answered are skipped by their tokens.
+    let done = answers::read_samples(&out)?;
     if done.len() < train.len() {
         eprintln!(
             "answering up to {} prompts with the target ...",
