@@ -104,3 +104,24 @@ fn bad_settings_are_one_line_errors() {
         assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     }
 }
+
+#[test]
+fn dataset_answers_need_a_file_with_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["train-draft", "--model"])
+        .arg(common::model_path())
+        .arg("--output")
+        .arg(dir.path().join("work"))
+        .arg("--dataset")
+        .arg(&prompts)
+        .args(["--answers", "dataset", "--num-prompts", "2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("has no answers to learn from"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
