@@ -23,6 +23,12 @@ pub struct Exchange {
     pub reply: Option<String>,
 }
 
+/// Loads a prompt file: ShareGPT-style JSON arrays or JSONL, told apart by the first character.
+pub fn load_file(path: &Path) -> Result<(Vec<Prompt>, Vec<LoadNote>), WorkloadError> {
+    let (exchanges, notes) = load_exchanges(path)?;
+    Ok((exchanges.into_iter().map(|e| e.prompt).collect(), notes))
+}
+
 /// Loads a prompt file as exchanges: prompts in `load_file`'s order, with the dataset's answers
 /// where a ShareGPT conversation has them (JSONL prompts have none).
 pub fn load_exchanges(path: &Path) -> Result<(Vec<Exchange>, Vec<LoadNote>), WorkloadError> {
@@ -36,7 +42,15 @@ pub fn load_exchanges(path: &Path) -> Result<(Vec<Exchange>, Vec<LoadNote>), Wor
             message,
         });
     }
-    let (prompts, notes) = load_file(path)?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| WorkloadError::BadFile {
+        path: path.to_path_buf(),
+        message: format!("not UTF-8: {e}"),
+    })?;
+    let prompts = parse_jsonl(text).map_err(|(line, message)| WorkloadError::BadLine {
+        path: path.to_path_buf(),
+        line,
+        message,
+    })?;
     let exchanges = prompts
         .into_iter()
         .map(|prompt| Exchange {
@@ -44,33 +58,7 @@ pub fn load_exchanges(path: &Path) -> Result<(Vec<Exchange>, Vec<LoadNote>), Wor
             reply: None,
         })
         .collect();
-    Ok((exchanges, notes))
-}
-
-pub fn load_file(path: &Path) -> Result<(Vec<Prompt>, Vec<LoadNote>), WorkloadError> {
-    let bytes = std::fs::read(path).map_err(|error| WorkloadError::Io {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'[') {
-        parse_sharegpt(&bytes).map_err(|message| WorkloadError::BadFile {
-            path: path.to_path_buf(),
-            message,
-        })
-    } else {
-        let text = std::str::from_utf8(&bytes).map_err(|e| WorkloadError::BadFile {
-            path: path.to_path_buf(),
-            message: format!("not UTF-8: {e}"),
-        })?;
-        parse_jsonl(text)
-            .map(|p| (p, Vec::new()))
-            .map_err(|(line, message)| WorkloadError::BadLine {
-                path: path.to_path_buf(),
-                line,
-                message,
-            })
-    }
+    Ok((exchanges, Vec::new()))
 }
 
 #[derive(Deserialize)]
