@@ -5,6 +5,7 @@
 
 mod calibrate;
 mod forward;
+mod grammar_drafts;
 mod kv_files;
 mod stats;
 mod step_loop;
@@ -105,6 +106,9 @@ pub struct GenerateRequest {
     /// Test-only scripted output (`specula serve --scripted-output`): these tokens are emitted
     /// in place of sampled ones while the forward passes run as usual; empty for real requests.
     pub scripted: Vec<u32>,
+    /// Structured output: the grammar every token obeys, in its start state (each request and
+    /// choice gets its own copy). The generation ends where the grammar does, `ignore_eos` or not.
+    pub constraint: Option<Box<dyn model::sampler::TokenConstraint>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +165,8 @@ pub enum RequestFailure {
     Forward(String),
     #[error("the request does not fit in the KV cache")]
     DoesNotFit,
+    #[error("the output grammar failed: {0}")]
+    Grammar(String),
 }
 
 /// Why the prefix cache was not flushed.

@@ -3,6 +3,7 @@
 //! tier copies, one batched pass) → update (verify and sample, report to the scheduler, send
 //! tokens, finish what is done). Blocks on its inbox when idle.
 
+use crate::grammar_drafts::GrammarGuard;
 use crate::kv_files::KvFiles;
 use crate::tiers::Tiers;
 use crate::{
@@ -172,7 +173,11 @@ impl Engine {
 
     /// The scheduler's plan for this step, speculation drafting for its decodes.
     fn plan(&mut self) -> StepPlan {
-        let planner = self.speculator.as_mut().map(|s| s as &mut dyn DraftPlanner);
+        let mut guarded = self.speculator.as_mut().map(|spec| GrammarGuard {
+            spec,
+            active: &mut self.active,
+        });
+        let planner = guarded.as_mut().map(|g| g as &mut dyn DraftPlanner);
         let plan = self.scheduler.plan(planner);
         self.stats.add_preemptions(plan.preempted.len() as u64);
         if let Some(spec) = self.speculator.as_mut() {
@@ -197,7 +202,8 @@ impl Engine {
             } => {
                 self.stats.add_prompt_tokens(request.prompt.len());
                 let sampler = Sampler::new(request.sampling.clone(), &request.prompt)
-                    .with_script(request.scripted.clone());
+                    .with_script(request.scripted.clone())
+                    .with_constraint(request.constraint.clone());
                 self.scheduler.add(id, request.prompt.clone());
                 if let Some(spec) = self.speculator.as_mut() {
                     let sampling = (!request.sampling.is_greedy() && request.scripted.is_empty())

@@ -136,6 +136,11 @@ impl Engine {
             failed: None,
         };
         row.emitted.truncate(count);
+        if let Some(reason) = a.sampler.constraint_failure() {
+            // Its last tokens were forced to an end; what came before stands.
+            row.failed = Some(RequestFailure::Grammar(reason));
+            return Some(row);
+        }
         if plan.drafts.contains_key(&id) {
             // The accepted branch's KV moves to consecutive slots after the root.
             let blocks = &plan.inputs[j].blocks;
@@ -201,8 +206,8 @@ impl Engine {
 
 /// Whether `token` ends the request's generation.
 fn is_stop(a: &Active, end_of_generation: &[u32], token: u32) -> bool {
-    (!a.request.ignore_eos && end_of_generation.contains(&token))
-        || a.request.stop_token_ids.contains(&token)
+    let eos_ends = !a.request.ignore_eos || a.request.constraint.is_some();
+    (eos_ends && end_of_generation.contains(&token)) || a.request.stop_token_ids.contains(&token)
 }
 
 /// How many of `emitted` the request takes, and why it finishes there if it does: at the first

@@ -10,6 +10,7 @@ use crate::params;
 use crate::parsers::{Output, ToolFormat};
 use crate::request::{blocking, check_length, read_body};
 use crate::respond::{StreamFormat, random_id, respond, to_json};
+use crate::response_format;
 use crate::responses;
 use crate::tool_request::{self, ToolRequest};
 use axum::body::Bytes;
@@ -27,7 +28,8 @@ pub(crate) async fn chat(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let body = read_body(&state, body)?;
-    let params = params::parse(&body, true)?;
+    let mut params = params::parse(&body, true)?;
+    params.constraint = response_format::compile(&state, response_format::parse(&body)?).await?;
     let messages = match body.get("messages") {
         Some(Value::Array(m)) if !m.is_empty() => m.clone(),
         Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "`messages` is empty")),

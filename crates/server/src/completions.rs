@@ -9,6 +9,7 @@ use crate::params;
 use crate::parsers::Output;
 use crate::request::{blocking, check_length, read_body};
 use crate::respond::{StreamFormat, random_id, respond, to_json};
+use crate::response_format;
 use crate::responses;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -24,7 +25,8 @@ pub(crate) async fn completions(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let body = read_body(&state, body)?;
-    let params = params::parse(&body, false)?;
+    let mut params = params::parse(&body, false)?;
+    params.constraint = response_format::compile(&state, response_format::parse(&body)?).await?;
     let prompts = prompts(&body, state.model().tokenizer.vocab_size())?;
     let prompts = tokenize(&state, prompts).await?;
     for p in &prompts {

@@ -146,6 +146,7 @@ impl Generation {
                     stop_token_ids: params.stop_token_ids.clone(),
                     logprobs: params.logprobs,
                     scripted: scripted.clone(),
+                    constraint: params.constraint.clone(),
                 };
                 let stream = engine.submit(request).map_err(|e| {
                     if matches!(e, engine::SubmitError::Overloaded(_)) {

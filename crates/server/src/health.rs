@@ -39,6 +39,7 @@ pub async fn probe(engine: &engine::EngineHandle, timeout: Duration) -> Result<(
         stop_token_ids: Vec::new(),
         logprobs: None,
         scripted: Vec::new(),
+        constraint: None,
     };
     let mut stream = engine.submit(request).map_err(|e| e.to_string())?;
     let wait = async {

@@ -20,6 +20,7 @@ mod params;
 pub mod parsers;
 mod request;
 mod respond;
+mod response_format;
 mod responses;
 mod routes;
 pub mod script;
@@ -54,8 +55,29 @@ pub enum Phase {
 /// What exists once the model is loaded.
 pub struct Loaded {
     pub engine: EngineHandle,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
+    /// Structured outputs over the model's vocabulary (or why they are not available).
+    pub grammars: Result<grammar::Grammars, String>,
+}
+
+impl Loaded {
+    /// The loaded model, with its grammars built over `tokenizer`'s vocabulary (ending where the
+    /// model's end-of-generation tokens are).
+    pub fn new(engine: EngineHandle, tokenizer: Tokenizer, template: Option<ChatTemplate>) -> Self {
+        let tokenizer = Arc::new(tokenizer);
+        let grammars = grammar::Grammars::new(tokenizer.clone(), tokenizer.eog_ids())
+            .map_err(|e| e.to_string());
+        if let Err(e) = &grammars {
+            tracing::warn!("structured outputs are off: {e}");
+        }
+        Self {
+            engine,
+            tokenizer,
+            template,
+            grammars,
+        }
+    }
 }
 
 /// Everything the handlers share. The server answers (503 "loading") before the model is

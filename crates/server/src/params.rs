@@ -28,6 +28,9 @@ pub struct GenParams {
     pub stream: bool,
     pub include_usage: bool,
     pub ignore_eos: bool,
+    /// Structured output (`response_format`, `regex`, `ebnf`), compiled: each choice gets a
+    /// copy in its start state.
+    pub constraint: Option<Box<dyn model::sampler::TokenConstraint>>,
 }
 
 /// Reads the shared parameters (each checked in this order, so that a request with several
@@ -53,6 +56,7 @@ pub fn parse(body: &Body, chat: bool) -> Result<GenParams, ApiError> {
         stream,
         include_usage,
         ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
+        constraint: None,
     })
 }
 

@@ -74,11 +74,7 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
     let draft = load_draft(&model, s)?;
     let eog = tokenizer.eog_ids().to_vec();
     let engine = engine::start(model, draft, config, eog).context("cannot start the engine")?;
-    Ok(Loaded {
-        engine,
-        tokenizer,
-        template,
-    })
+    Ok(Loaded::new(engine, tokenizer, template))
 }
 
 /// The draft model (STANDALONE) or EAGLE-3 head (EAGLE3) `--speculative-draft-model-path`

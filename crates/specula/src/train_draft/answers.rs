@@ -121,6 +121,7 @@ pub async fn generate(
             stop_token_ids: Vec::new(),
             logprobs: None,
             scripted: Vec::new(),
+            constraint: None,
         };
         let mut stream = handle.submit(request)?;
         tasks.spawn(async move {

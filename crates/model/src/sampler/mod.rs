@@ -1,6 +1,10 @@
 //! Choosing the next token from logits: penalties, temperature, top-k, top-p, min-p, a seeded RNG
 //! per request (same seed, same output), and log-probabilities for the API's `logprobs`.
 
+mod constraint;
+
+pub use constraint::TokenConstraint;
+
 use std::collections::HashMap;
 
 /// Temperatures below this are greedy (dividing by them would overflow to infinity).
@@ -104,7 +108,7 @@ pub fn splitmix64(z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// One request's sampler: its parameters, RNG state and output token counts.
+/// One request's sampler: its parameters, RNG state, output token counts and constraint.
 #[derive(Debug, Clone)]
 pub struct Sampler {
     params: SamplingParams,
@@ -116,6 +120,8 @@ pub struct Sampler {
     script: Vec<u32>,
     /// Script tokens emitted so far.
     scripted: usize,
+    /// Structured output: masks each position's logits before the choice.
+    constraint: Option<Box<dyn TokenConstraint>>,
 }
 
 impl Sampler {
@@ -131,6 +137,38 @@ impl Sampler {
             probs: Vec::new(),
             script: Vec::new(),
             scripted: 0,
+            constraint: None,
+        }
+    }
+
+    /// Every token from now on obeys `constraint` (a grammar): disallowed tokens are masked
+    /// before sampling and verification, so drafts it rejects are never accepted.
+    pub fn with_constraint(mut self, constraint: Option<Box<dyn TokenConstraint>>) -> Self {
+        self.constraint = constraint;
+        self
+    }
+
+    /// The constraint, for checking drafts against it.
+    pub fn constraint_mut(&mut self) -> Option<&mut (dyn TokenConstraint + 'static)> {
+        self.constraint.as_deref_mut()
+    }
+
+    /// Why the constraint failed, if it did (the sequence cannot go on under it).
+    pub fn constraint_failure(&self) -> Option<String> {
+        self.constraint.as_ref().and_then(|c| c.failure())
+    }
+
+    /// Masks the tokens the constraint does not allow here.
+    fn constrain(&mut self, logits: &mut [f32]) {
+        if let Some(c) = self.constraint.as_mut() {
+            c.mask(logits);
+        }
+    }
+
+    /// Moves the constraint past the emitted token.
+    fn advance(&mut self, token: u32) {
+        if let Some(c) = self.constraint.as_mut() {
+            c.advance(token);
         }
     }
 
@@ -161,6 +199,14 @@ impl Sampler {
     /// Chooses the next token from `logits` (modified in place by the penalties) and records it;
     /// with `logprobs: Some(n)`, also its log-probability and the `n` most likely tokens'.
     pub fn sample(&mut self, logits: &mut [f32], logprobs: Option<usize>) -> Sampled {
+        self.constrain(logits);
+        let s = self.choose(logits, logprobs);
+        self.advance(s.token);
+        s
+    }
+
+    /// [`sample`](Self::sample) on logits the constraint has masked already.
+    fn choose(&mut self, logits: &mut [f32], logprobs: Option<usize>) -> Sampled {
         self.apply_penalties(logits);
         let token = if let Some(t) = self.take_scripted() {
             t
@@ -229,7 +275,8 @@ impl Sampler {
                 .iter()
                 .enumerate()
                 .map(|(i, &l)| (i as u32, ((l - max) * inv_t).exp()))
-                .filter(|&(_, q)| q >= p.min_p),
+                // Masked tokens (−∞) weigh nothing and are never drawn.
+                .filter(|&(_, q)| q > 0.0 && q >= p.min_p),
         );
         // Most likely first; ties broken by token id so the order is deterministic.
         let by_prob = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
@@ -292,8 +339,21 @@ impl Sampler {
         drafts: &[u32],
         logprobs: Option<usize>,
     ) -> (Sampled, Option<usize>) {
+        self.constrain(logits);
+        let verdict = self.verify_masked(logits, drafts, logprobs);
+        self.advance(verdict.0.token);
+        verdict
+    }
+
+    /// [`verify`](Self::verify) on logits the constraint has masked already.
+    fn verify_masked(
+        &mut self,
+        logits: &mut [f32],
+        drafts: &[u32],
+        logprobs: Option<usize>,
+    ) -> (Sampled, Option<usize>) {
         if self.params.temperature < MIN_TEMPERATURE || self.scripted < self.script.len() {
-            let s = self.sample(logits, logprobs);
+            let s = self.choose(logits, logprobs);
             let accepted = drafts.iter().position(|&d| d == s.token);
             return (s, accepted);
         }
@@ -338,6 +398,20 @@ impl Sampler {
         proposal: &[(u32, f32)],
         logprobs: Option<usize>,
     ) -> (Sampled, bool) {
+        self.constrain(logits);
+        let verdict = self.verify_proposed_masked(logits, draft, proposal, logprobs);
+        self.advance(verdict.0.token);
+        verdict
+    }
+
+    /// [`verify_proposed`](Self::verify_proposed) on logits the constraint has masked already.
+    fn verify_proposed_masked(
+        &mut self,
+        logits: &mut [f32],
+        draft: u32,
+        proposal: &[(u32, f32)],
+        logprobs: Option<usize>,
+    ) -> (Sampled, bool) {
         let p_of = |t: u32| {
             proposal
                 .binary_search_by_key(&t, |&(id, _)| id)
@@ -348,7 +422,7 @@ impl Sampler {
             || self.scripted < self.script.len()
             || p_draft <= 0.0
         {
-            let (s, which) = self.verify(logits, &[draft], logprobs);
+            let (s, which) = self.verify_masked(logits, &[draft], logprobs);
             return (s, which.is_some());
         }
         self.apply_penalties(logits);
@@ -432,8 +506,10 @@ fn log_probs(logits: &[f32], n: usize) -> (Vec<(u32, f32)>, impl Fn(f32) -> f32)
         idx.select_nth_unstable_by(n - 1, by);
         idx.truncate(n);
         idx.sort_unstable_by(by);
+        // Tokens a constraint masked (−∞) are not alternatives.
         top = idx
             .into_iter()
+            .filter(|&t| logits[t as usize] > f32::NEG_INFINITY)
             .map(|t| (t, logits[t as usize] - log_z))
             .collect();
     }

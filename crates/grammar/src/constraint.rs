@@ -1,0 +1,126 @@
+//! One sequence's grammar: llguidance's matcher behind the sampler's constraint interface, with
+//! the time its masks take.
+
+use llguidance::Matcher;
+use model::sampler::TokenConstraint;
+use std::time::Instant;
+
+/// A grammar in one sequence's state.
+#[derive(Clone)]
+pub struct Grammar {
+    matcher: Matcher,
+    /// Tokens that end the generation: all a failed grammar allows.
+    eos: Vec<u32>,
+    failure: Option<String>,
+    /// Masks computed, and the seconds they took.
+    masks: u64,
+    mask_seconds: f64,
+}
+
+impl std::fmt::Debug for Grammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grammar")
+            .field("failure", &self.failure)
+            .field("masks", &self.masks)
+            .finish()
+    }
+}
+
+impl Grammar {
+    pub(crate) fn new(matcher: Matcher, eos: &[u32]) -> Self {
+        Self {
+            matcher,
+            eos: eos.to_vec(),
+            failure: None,
+            masks: 0,
+            mask_seconds: 0.0,
+        }
+    }
+
+    /// Masks computed so far and the seconds they took together.
+    pub fn mask_time(&self) -> (u64, f64) {
+        (self.masks, self.mask_seconds)
+    }
+
+    /// Whether the output so far is a complete sentence of the language.
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
+    }
+
+    /// Records the first failure: its first line (llguidance appends its whole state).
+    fn fail(&mut self, reason: String) {
+        tracing::warn!("grammar failed: {reason}");
+        let line = reason.lines().next().unwrap_or_default().trim().to_string();
+        self.failure.get_or_insert(line);
+    }
+}
+
+impl TokenConstraint for Grammar {
+    fn mask(&mut self, logits: &mut [f32]) {
+        let started = Instant::now();
+        self.masks += 1;
+        let allowed = match self.failure {
+            Some(_) => None,
+            None => match self.matcher.compute_mask_or_eos() {
+                Ok(set) => Some(set),
+                Err(e) => {
+                    self.fail(e.to_string());
+                    None
+                }
+            },
+        };
+        // Logits past the vocabulary (padded embeddings) are never allowed.
+        let in_vocab = |t: usize, size: usize| t < size;
+        match allowed {
+            Some(set) if !set.is_zero() => {
+                for (t, l) in logits.iter_mut().enumerate() {
+                    if !(in_vocab(t, set.len()) && set.is_allowed(t as u32)) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            _ => {
+                if self.failure.is_none() {
+                    self.fail("the grammar allows no token here".into());
+                }
+                for (t, l) in logits.iter_mut().enumerate() {
+                    if !self.eos.contains(&(t as u32)) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        }
+        self.mask_seconds += started.elapsed().as_secs_f64();
+    }
+
+    fn advance(&mut self, token: u32) {
+        if self.failure.is_some() {
+            return;
+        }
+        // A grammar that has ended allows only the end tokens, and has nothing to consume.
+        if self.matcher.is_stopped() {
+            if !self.eos.contains(&token) {
+                self.fail(format!("token {token} after the end of the grammar"));
+            }
+            return;
+        }
+        if let Err(e) = self.matcher.consume_token(token) {
+            self.fail(e.to_string());
+        }
+    }
+
+    fn valid_prefix(&mut self, tokens: &[u32]) -> usize {
+        if self.failure.is_some() {
+            return 0;
+        }
+        self.matcher.validate_tokens(tokens).unwrap_or(0)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure.clone()
+    }
+
+    fn boxed_clone(&self) -> Box<dyn TokenConstraint> {
+        Box::new(self.clone())
+    }
+}

@@ -1,0 +1,236 @@
+//! Structured outputs end to end: the real binary and model on loopback, asked for JSON under a
+//! table of schemas (streamed and not, greedy and sampled, chat and completions), for any JSON
+//! object, a regex and a GBNF grammar. Every answer that ends by itself validates; an answer cut
+//! by `max_tokens` says `length`; bad schemas and grammars are 400s before anything runs; and
+//! with speculation (EAGLE-3 and n-gram) the greedy text under a grammar is plain decoding's.
+
+mod common;
+
+use common::server::*;
+use serde_json::{Value, json};
+
+/// Schemas of the shapes applications send: nested objects, bounded arrays, enums, patterns,
+/// ranged numbers, anyOf and nullable fields. Strings are bounded so a sampled answer ends.
+fn schemas() -> Vec<Value> {
+    vec![
+        json!({"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 20},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+            "required": ["name", "age"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 20},
+            "country": {"type": "object", "properties": {
+                "name": {"type": "string", "maxLength": 20},
+                "code": {"type": "string", "pattern": "^[A-Z]{2}$"}},
+                "required": ["name", "code"], "additionalProperties": false}},
+            "required": ["city", "country"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {
+            "colors": {"type": "array", "items": {"enum": ["red", "green", "blue", "yellow"]},
+                "minItems": 2, "maxItems": 3}},
+            "required": ["colors"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {
+            "temperature": {"type": "number", "minimum": -50, "maximum": 60},
+            "unit": {"enum": ["C", "F"]},
+            "note": {"anyOf": [{"type": "string", "maxLength": 15}, {"type": "null"}]}},
+            "required": ["temperature", "unit", "note"], "additionalProperties": false}),
+    ]
+}
+
+fn prompts() -> [&'static str; 4] {
+    [
+        "Describe a person called Ana who is 31, as JSON.",
+        "Where is Paris? Answer as JSON.",
+        "Name some colours of the rainbow, as JSON.",
+        "What is the weather like in Madrid today? Answer as JSON.",
+    ]
+}
+
+fn format(schema: &Value) -> Value {
+    json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": true}})
+}
+
+/// A chat answer's content and finish reason, streamed or not.
+async fn answer(server: &Server, body: Value) -> (String, String) {
+    if body["stream"] != json!(true) {
+        let (status, v) = post(&server.url("/v1/chat/completions"), body).await;
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        let content = choice["message"]["content"].as_str().unwrap_or_default();
+        return (
+            content.to_string(),
+            choice["finish_reason"].as_str().unwrap().into(),
+        );
+    }
+    let r = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (mut content, mut finish) = (String::new(), String::new());
+    for e in sse_events(r).await.iter().filter(|e| *e != "[DONE]") {
+        let v: Value = serde_json::from_str(e).unwrap();
+        let choice = &v["choices"][0];
+        content.push_str(choice["delta"]["content"].as_str().unwrap_or_default());
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_string();
+        }
+    }
+    (content, finish)
+}
+
+fn assert_valid(schema: &Value, content: &str) {
+    let value: Value =
+        serde_json::from_str(content).unwrap_or_else(|e| panic!("{content:?} is not JSON: {e}"));
+    let validator = jsonschema::validator_for(schema).unwrap();
+    assert!(
+        validator.is_valid(&value),
+        "{content} does not satisfy {schema}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_validates_streamed_or_not_greedy_or_sampled() {
+    let server = Server::start(&[]);
+    for (schema, prompt) in schemas().iter().zip(prompts()) {
+        for stream in [false, true] {
+            for temperature in [0.0, 1.0] {
+                let body = chat_body(
+                    prompt,
+                    json!({"response_format": format(schema), "max_tokens": 200,
+                           "temperature": temperature, "seed": 7, "stream": stream}),
+                );
+                let (content, finish) = answer(&server, body).await;
+                assert_eq!(finish, "stop", "{content}");
+                assert_valid(schema, &content);
+            }
+        }
+    }
+    // Two sampled choices of one request, each under its own copy of the grammar.
+    let body = chat_body(
+        prompts()[0],
+        json!({"response_format": format(&schemas()[0]), "max_tokens": 200, "n": 2, "seed": 3}),
+    );
+    let (status, v) = post(&server.url("/v1/chat/completions"), body).await;
+    assert_eq!(status, 200, "{v}");
+    for c in v["choices"].as_array().unwrap() {
+        assert_valid(&schemas()[0], c["message"]["content"].as_str().unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_object_regex_ebnf_and_completions_follow_their_format() {
+    let server = Server::start(&[]);
+    let body = chat_body(
+        "Return a JSON object with the keys city and country for Paris.",
+        json!({"response_format": {"type": "json_object"}, "max_tokens": 200, "temperature": 0}),
+    );
+    let (content, finish) = answer(&server, body).await;
+    let value: Value = serde_json::from_str(&content).unwrap_or_else(|e| panic!("{content}: {e}"));
+    assert!(value.is_object() && finish == "stop", "{content}");
+
+    let body = chat_body(
+        "Is the sky blue? Answer and rate your confidence.",
+        json!({"regex": "(yes|no), [0-9]{1,2}%", "max_tokens": 20, "temperature": 0}),
+    );
+    let (content, _) = answer(&server, body).await;
+    let re = regex::Regex::new("^(yes|no), [0-9]{1,2}%$").unwrap();
+    assert!(re.is_match(&content), "{content:?}");
+
+    let gbnf =
+        "root ::= animal \" \" count\nanimal ::= \"cat\" | \"dog\"\ncount ::= [1-9] [0-9]?\n";
+    let body = chat_body(
+        "Name a pet and how many legs it has.",
+        json!({"ebnf": gbnf, "max_tokens": 20, "temperature": 1, "seed": 1}),
+    );
+    let (content, _) = answer(&server, body).await;
+    let re = regex::Regex::new("^(cat|dog) [1-9][0-9]?$").unwrap();
+    assert!(re.is_match(&content), "{content:?}");
+
+    let body = json!({"prompt": "The capital of France, as JSON:", "max_tokens": 100,
+        "temperature": 0, "response_format": format(&schemas()[1])});
+    let (status, v) = post(&server.url("/v1/completions"), body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert_valid(&schemas()[1], v["choices"][0]["text"].as_str().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_formats_are_400s_and_cut_answers_say_length() {
+    let server = Server::start(&[]);
+    let url = server.url("/v1/chat/completions");
+    let cases = [
+        (json!({"response_format": {"type": "xml"}}), "not supported"),
+        (
+            json!({"response_format": {"type": "json_schema"}}),
+            "json_schema",
+        ),
+        (
+            json!({"response_format": format(&json!({"type": "integr"}))}),
+            "cannot be used",
+        ),
+        (
+            json!({"response_format": format(&json!({"type": "integer", "minimum": 5, "maximum": 1}))}),
+            "cannot be used",
+        ),
+        (
+            json!({"response_format": format(&json!({"type": "string", "pattern": "(open"}))}),
+            "cannot be used",
+        ),
+        (json!({"regex": "(a"}), "cannot be used"),
+        (json!({"ebnf": "root ::= \"open"}), "GBNF"),
+        (json!({"regex": "a", "ebnf": "root ::= \"a\""}), "one of"),
+    ];
+    for (extra, expect) in cases {
+        let (status, v) = post(&url, chat_body("Hi", extra.clone())).await;
+        assert_eq!(status, 400, "{extra} gave {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expect), "{extra}: {message}");
+    }
+    // A cut answer is not passed off as complete.
+    let body = chat_body(
+        prompts()[0],
+        json!({"response_format": format(&schemas()[0]), "max_tokens": 4, "temperature": 0}),
+    );
+    let (content, finish) = answer(&server, body).await;
+    assert_eq!(finish, "length", "{content}");
+    // The server still serves.
+    let (status, _) = post(&url, chat_body("Hi", json!({"max_tokens": 2}))).await;
+    assert_eq!(status, 200);
+}
+
+/// The greedy answers to every schema of the table.
+async fn greedy_answers(server: &Server) -> Vec<String> {
+    let mut out = Vec::new();
+    for (schema, prompt) in schemas().iter().zip(prompts()) {
+        let body = chat_body(
+            prompt,
+            json!({"response_format": format(schema), "max_tokens": 120, "temperature": 0}),
+        );
+        out.push(answer(server, body).await.0);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculation_keeps_the_greedy_text_under_a_grammar() {
+    let plain = greedy_answers(&Server::start(&[])).await;
+    for args in [
+        &["--speculative-algorithm", "EAGLE3"][..],
+        &[
+            "--speculative-algorithm",
+            "NGRAM",
+            "--speculative-num-draft-tokens",
+            "4",
+        ][..],
+    ] {
+        let server = Server::start(args);
+        assert_eq!(greedy_answers(&server).await, plain, "{args:?}");
+        let verified = metric(&server, "spec_verifications_total").await;
+        assert!(
+            verified > 0.0 || args[1] == "NGRAM",
+            "{args:?} never drafted"
+        );
+    }
+}
