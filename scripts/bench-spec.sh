@@ -16,7 +16,9 @@
 #              (1,2,5,10,30,70,100,250), THREADS (2), PORT (30000; the candidate uses PORT+1),
 #              OUT_DIR (target/bench-results), ROUNDS (1: each level runs ROUNDS times per side,
 #              the sides' order swapped every round so a steady drift cancels; the per-round
-#              throughput ratios and their median are printed after the compare table of round 1)
+#              throughput ratios and their median are printed after the compare table of round 1),
+#              CANDIDATE_BODY (JSON merged into the candidate's requests only, e.g. a
+#              `response_format`: structured outputs against the same requests unconstrained)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVER="${SERVER:-specula}"
@@ -78,17 +80,22 @@ for level in "${levels[@]}"; do
         [ $((round % 2)) = 1 ] || sides=("$NAME" baseline)
         for side in "${sides[@]}"; do
             port=$PORT
-            [ "$side" = baseline ] || port=$((PORT + 1))
+            side_flags=()
+            if [ "$side" != baseline ]; then
+                port=$((PORT + 1))
+                [ -z "${CANDIDATE_BODY:-}" ] || side_flags=(--extra-body "$CANDIDATE_BODY")
+            fi
             echo "== $side, C=$level, round $round"
             target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
                 --first-slice "$slice" --output "$OUT_DIR/levels/$side.$level.r$round.json" \
-                "${bench_flags[@]}" "$@" | grep -E "C=|Note:" || true
+                "${bench_flags[@]}" "${side_flags[@]}" "$@" | grep -E "C=|Note:" || true
         done
         slice=$((slice + 1))
     done
 done
 if [ "$SERVER" = specula ]; then
-    curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | grep -E '^specula:spec_(draft|accepted|acceptance|steps)' || true
+    curl -s "http://127.0.0.1:$((PORT + 1))/metrics" |
+        grep -E '^specula:(spec_(draft|accepted|acceptance|steps)|grammar_mask|generation_tokens)' || true
     for side in baseline "$NAME"; do
         port=$PORT
         [ "$side" = baseline ] || port=$((PORT + 1))

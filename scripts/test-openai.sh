@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # The official `openai` Python package against `specula serve` (scripts/openai_client_test.py,
-# scripts/openai_tools_test.py). Installs the package into target/pylib-openai on first use
-# (pip --target: no virtualenv needed), starts three servers on free loopback ports (the real
-# model with the tool-call and reasoning parsers on, the same with its output scripted, and
+# scripts/openai_tools_test.py, scripts/openai_structured_test.py). Installs the package (and
+# `jsonschema`) into target/pylib-openai on first use (pip --target: no virtualenv needed),
+# starts four servers on free loopback ports (the real model with the tool-call and reasoning
+# parsers on, the same with its output scripted, the same with EAGLE-3 speculation, and
 # Qwen2.5-Coder-0.5B with its tool-call parser), runs the checks, stops the servers.
 #
 # Usage: scripts/test-openai.sh      (after `cargo build --release`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib=target/pylib-openai
-if ! PYTHONPATH="$lib" python3 -c "import openai" 2>/dev/null; then
-    echo "test-openai: installing the openai package into $lib" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --target "$lib" "openai>=1.40" \
+if ! PYTHONPATH="$lib" python3 -c "import openai, jsonschema" 2>/dev/null; then
+    echo "test-openai: installing the openai and jsonschema packages into $lib" >&2
+    packages=("openai>=1.40" "jsonschema>=4")
+    python3 -m pip install --quiet --disable-pip-version-check --target "$lib" "${packages[@]}" \
         >/dev/null 2>&1 || python3 -m pip install --quiet --disable-pip-version-check \
-        --target "$lib" "openai>=1.40"
+        --target "$lib" "${packages[@]}"
 fi
 model=$(scripts/fetch-model.sh | tail -n1)
 pids=()
@@ -44,7 +46,10 @@ real=$url
 serve target/openai-serve-scripted.log "${smollm[@]}" \
     --scripted-output crates/specula/tests/fixtures/tool_script.json
 scripted=$url
+serve target/openai-serve-eagle3.log --model-path "$model" --speculative-algorithm EAGLE3
+eagle3=$url
 serve target/openai-serve-qwen.log --model qwen2.5-coder-0.5b --tool-call-parser qwen25
 qwen=$url
 PYTHONPATH="$lib" python3 scripts/openai_client_test.py "$real/v1"
 PYTHONPATH="$lib" python3 scripts/openai_tools_test.py "$scripted/v1" "$real/v1" "$qwen/v1"
+PYTHONPATH="$lib" python3 scripts/openai_structured_test.py "$real/v1" "$eagle3/v1" "$real/v1"

@@ -22,6 +22,9 @@ pub struct EngineStats {
     spec_tree_verifications: AtomicU64,
     spec_steps_on: AtomicU64,
     spec_steps_off: AtomicU64,
+    /// Structured outputs: token masks computed, and their nanoseconds.
+    grammar_masks: AtomicU64,
+    grammar_mask_ns: AtomicU64,
     /// Verifications by drafts accepted (the last bucket counts that many or more).
     accept_hist: [AtomicU64; ACCEPT_BUCKETS],
     /// The adaptive policy's step-cost fit, f64 bits: seconds per step and per work unit.
@@ -78,6 +81,10 @@ pub struct StatsSnapshot {
     /// Steps with at least one sequence speculating, and decode steps with none.
     pub spec_steps_on: u64,
     pub spec_steps_off: u64,
+    /// Structured outputs: token masks computed (one per constrained position sampled or
+    /// verified) and the seconds they took together.
+    pub grammar_masks: u64,
+    pub grammar_mask_seconds: f64,
     pub accept_hist: [u64; ACCEPT_BUCKETS],
     /// The adaptive policy's fit of step time, `a + b·work` seconds (0 without it).
     pub step_cost_a: f64,
@@ -141,6 +148,8 @@ impl EngineStats {
             spec_tree_verifications: self.spec_tree_verifications.load(Relaxed),
             spec_steps_on: self.spec_steps_on.load(Relaxed),
             spec_steps_off: self.spec_steps_off.load(Relaxed),
+            grammar_masks: self.grammar_masks.load(Relaxed),
+            grammar_mask_seconds: self.grammar_mask_ns.load(Relaxed) as f64 / 1e9,
             accept_hist: std::array::from_fn(|i| self.accept_hist[i].load(Relaxed)),
             step_cost_a: f64::from_bits(self.cost_a.load(Relaxed)),
             step_cost_b: f64::from_bits(self.cost_b.load(Relaxed)),
@@ -225,6 +234,12 @@ impl EngineStats {
             total.fetch_add(d.as_nanos() as u64, Relaxed);
         }
         self.phase_steps[k].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn add_grammar_masks(&self, masks: u64, seconds: f64) {
+        self.grammar_masks.fetch_add(masks, Relaxed);
+        self.grammar_mask_ns
+            .fetch_add((seconds * 1e9) as u64, Relaxed);
     }
 
     pub(crate) fn add_step(&self) {

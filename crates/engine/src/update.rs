@@ -136,6 +136,10 @@ impl Engine {
             failed: None,
         };
         row.emitted.truncate(count);
+        let (masks, seconds) = a.sampler.take_mask_time();
+        if masks > 0 {
+            self.stats.add_grammar_masks(masks, seconds);
+        }
         if let Some(reason) = a.sampler.constraint_failure() {
             // Its last tokens were forced to an end; what came before stands.
             row.failed = Some(RequestFailure::Grammar(reason));

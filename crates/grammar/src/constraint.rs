@@ -1,9 +1,7 @@
-//! One sequence's grammar: llguidance's matcher behind the sampler's constraint interface, with
-//! the time its masks take.
+//! One sequence's grammar: llguidance's matcher behind the sampler's constraint interface.
 
 use llguidance::Matcher;
 use model::sampler::TokenConstraint;
-use std::time::Instant;
 
 /// A grammar in one sequence's state.
 #[derive(Clone)]
@@ -12,16 +10,12 @@ pub struct Grammar {
     /// Tokens that end the generation: all a failed grammar allows.
     eos: Vec<u32>,
     failure: Option<String>,
-    /// Masks computed, and the seconds they took.
-    masks: u64,
-    mask_seconds: f64,
 }
 
 impl std::fmt::Debug for Grammar {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Grammar")
             .field("failure", &self.failure)
-            .field("masks", &self.masks)
             .finish()
     }
 }
@@ -32,14 +26,7 @@ impl Grammar {
             matcher,
             eos: eos.to_vec(),
             failure: None,
-            masks: 0,
-            mask_seconds: 0.0,
         }
-    }
-
-    /// Masks computed so far and the seconds they took together.
-    pub fn mask_time(&self) -> (u64, f64) {
-        (self.masks, self.mask_seconds)
     }
 
     /// Whether the output so far is a complete sentence of the language.
@@ -57,8 +44,6 @@ impl Grammar {
 
 impl TokenConstraint for Grammar {
     fn mask(&mut self, logits: &mut [f32]) {
-        let started = Instant::now();
-        self.masks += 1;
         let allowed = match self.failure {
             Some(_) => None,
             None => match self.matcher.compute_mask_or_eos() {
@@ -90,7 +75,6 @@ impl TokenConstraint for Grammar {
                 }
             }
         }
-        self.mask_seconds += started.elapsed().as_secs_f64();
     }
 
     fn advance(&mut self, token: u32) {

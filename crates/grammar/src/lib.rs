@@ -20,7 +20,7 @@ mod tests;
 pub use compile::{CACHED_GRAMMARS, Grammars};
 pub use constraint::Grammar;
 pub use ebnf::ebnf_to_lark;
-pub use spec::{GrammarSpec, JSON_MAX_WHITESPACE};
+pub use spec::{CallShape, GrammarSpec, JSON_MAX_WHITESPACE};
 
 /// Why a grammar cannot be used: the request's fault (a 400), with llguidance's reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

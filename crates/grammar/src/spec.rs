@@ -16,6 +16,18 @@ pub enum GrammarSpec {
     Regex(String),
     /// SGLang's `ebnf`, or a Lark grammar (llguidance's syntax).
     Lark(String),
+    /// A forced tool call: one of these, each the text that leads to the arguments, the
+    /// arguments as a JSON object under the function's parameter schema, then the text that
+    /// closes the call.
+    ToolCall(Vec<CallShape>),
+}
+
+/// One function's call, as the tool-call format writes it around the arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallShape {
+    pub before: String,
+    pub parameters: Value,
+    pub after: String,
 }
 
 impl GrammarSpec {
@@ -26,6 +38,7 @@ impl GrammarSpec {
             GrammarSpec::JsonObject => "json_object".into(),
             GrammarSpec::Regex(rx) => format!("regex\u{0}{rx}"),
             GrammarSpec::Lark(g) => format!("lark\u{0}{g}"),
+            GrammarSpec::ToolCall(_) => format!("tool_call\u{0}{}", self.tool_call_lark()),
         }
     }
 
@@ -38,16 +51,44 @@ impl GrammarSpec {
             GrammarSpec::JsonObject => json_grammar(json!({"type": "object"})),
             GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
             GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            GrammarSpec::ToolCall(_) => TopLevelGrammar::from_lark(self.tool_call_lark()),
         }
+    }
+
+    /// A tool call's grammar in Lark: one rule per function, its arguments under `%json`.
+    fn tool_call_lark(&self) -> String {
+        let GrammarSpec::ToolCall(calls) = self else {
+            return String::new();
+        };
+        let literal = |s: &str| {
+            if s.is_empty() {
+                String::new()
+            } else {
+                Value::from(s).to_string()
+            }
+        };
+        let names: Vec<String> = (0..calls.len()).map(|i| format!("call_{i}")).collect();
+        let mut lark = format!("start: {}\n", names.join(" | "));
+        for (name, call) in names.iter().zip(calls) {
+            let mut schema = call.parameters.clone();
+            with_json_options(&mut schema);
+            let (before, after) = (literal(&call.before), literal(&call.after));
+            lark.push_str(&format!("{name}: {before} %json {schema} {after}\n"));
+        }
+        lark
     }
 }
 
 fn json_grammar(mut schema: Value) -> TopLevelGrammar {
-    // A schema that sets llguidance's own options keeps them.
-    if schema.is_object() && schema.get("x-guidance").is_none() {
-        json_options().apply_to(&mut schema);
-    }
+    with_json_options(&mut schema);
     TopLevelGrammar::from_json_schema(schema)
+}
+
+/// Our JSON options, written into the schema (a schema that sets llguidance's own keeps them).
+fn with_json_options(schema: &mut Value) {
+    if schema.is_object() && schema.get("x-guidance").is_none() {
+        json_options().apply_to(schema);
+    }
 }
 
 /// The longest run of whitespace between two JSON tokens: a newline and 15 spaces of

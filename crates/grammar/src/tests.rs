@@ -276,3 +276,42 @@ fn a_gbnf_grammar_compiles_through_its_lark_form() {
         assert!(regex_lite(&text), "{text}");
     }
 }
+
+#[test]
+fn a_forced_tool_call_has_valid_arguments_for_one_of_its_functions() {
+    let (g, tok) = grammars();
+    let weather = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}},
+        "required": ["city"], "additionalProperties": false});
+    let time = json!({"type": "object", "properties": {}, "additionalProperties": false});
+    let spec = GrammarSpec::ToolCall(vec![
+        crate::CallShape {
+            before: "get_weather\", \"arguments\": ".into(),
+            parameters: weather.clone(),
+            after: "}\n</tool_call>".into(),
+        },
+        crate::CallShape {
+            before: "get_time\", \"arguments\": ".into(),
+            parameters: time.clone(),
+            after: "}\n</tool_call>".into(),
+        },
+    ]);
+    let mut seen = Vec::new();
+    for seed in 0..12 {
+        let text = walk(&g, &tok, &spec, seed, 200).expect("ends");
+        let (name, rest) = text.split_once("\", \"arguments\": ").expect("a call");
+        let args = rest.strip_suffix("}\n</tool_call>").expect("closed");
+        let schema = if name == "get_weather" {
+            &weather
+        } else {
+            &time
+        };
+        assert!(name == "get_weather" || name == "get_time", "{text}");
+        let value: Value = serde_json::from_str(args).unwrap();
+        assert!(
+            jsonschema::validator_for(schema).unwrap().is_valid(&value),
+            "{text}"
+        );
+        seen.push(name.to_string());
+    }
+    assert!(seen.iter().any(|n| n == "get_time") && seen.iter().any(|n| n == "get_weather"));
+}

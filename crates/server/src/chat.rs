@@ -29,7 +29,7 @@ pub(crate) async fn chat(
     let started = Instant::now();
     let body = read_body(&state, body)?;
     let mut params = params::parse(&body, true)?;
-    params.constraint = response_format::compile(&state, response_format::parse(&body)?).await?;
+    let output_format = response_format::parse(&body)?;
     let messages = match body.get("messages") {
         Some(Value::Array(m)) if !m.is_empty() => m.clone(),
         Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "`messages` is empty")),
@@ -52,6 +52,9 @@ pub(crate) async fn chat(
         .forced()
         .map(|name| format.forced_opening(name))
         .unwrap_or_default();
+    // A forced call is generated under its grammar (the answer is the call, not text).
+    let grammar = tools.call_grammar(format).or(output_format);
+    params.constraint = response_format::compile(&state, grammar).await?;
     let tool_spec = state.tool_parser.filter(|_| tools.offered()).map(|f| {
         let most = if tools.parallel { usize::MAX } else { 1 };
         (f, most, tools.names())

@@ -30,6 +30,8 @@ pub(crate) fn sample() -> (StatsSnapshot, ServerMetrics) {
         spec_tree_verifications: 55,
         spec_steps_on: 190,
         spec_steps_off: 23,
+        grammar_masks: 640,
+        grammar_mask_seconds: 0.032,
         accept_hist,
         step_cost_a: 0.0125,
         step_cost_b: 0.000_375,

@@ -6,12 +6,14 @@
 //! of the server's tool-call format. Likewise the history: assistant `tool_calls` a template
 //! cannot show are written into the message's text in the same syntax, and `tool` results it
 //! cannot show become user messages in `<tool_response>` tags. `tool_choice` `required` or a
-//! named function is kept by ending the prompt with the opening of a call (there is no
-//! grammar-constrained decoding: the arguments are the model's own).
+//! named function is kept by ending the prompt with the opening of a call, and the rest of the
+//! call is generated under a grammar: an offered function's name and arguments valid under its
+//! parameter schema, then the call's closing markup.
 
 use crate::body::Body;
 use crate::error::ApiError;
 use crate::parsers::ToolFormat;
+use grammar::{CallShape, GrammarSpec};
 use model::chat_template::TemplateCaps;
 use serde_json::{Value, json};
 
@@ -121,6 +123,33 @@ impl ToolRequest {
             .filter_map(tool_name)
             .map(str::to_string)
             .collect()
+    }
+
+    /// With `required` or a named function, in a format whose arguments are JSON: the grammar
+    /// of what follows the forced opening (`format.forced_opening`) up to the end of the call.
+    pub fn call_grammar(&self, format: ToolFormat) -> Option<GrammarSpec> {
+        let forced = self.forced()?;
+        let after = format.call_closing()?;
+        let opening = format.forced_opening(forced);
+        let calls = self
+            .tools
+            .iter()
+            .filter_map(|t| Some((tool_name(t)?, t)))
+            .filter(|(name, _)| forced.is_none_or(|f| f == *name))
+            .map(|(name, tool)| {
+                let full = format.forced_opening(Some(name));
+                CallShape {
+                    before: full.strip_prefix(&opening).unwrap_or(&full).to_string(),
+                    parameters: tool
+                        .pointer("/function/parameters")
+                        .filter(|p| p.is_object())
+                        .cloned()
+                        .unwrap_or_else(|| json!({"type": "object"})),
+                    after: after.clone(),
+                }
+            })
+            .collect();
+        Some(GrammarSpec::ToolCall(calls))
     }
 
     /// Whether the model is offered tools (and its output parsed for calls).

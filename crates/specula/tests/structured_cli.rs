@@ -234,3 +234,49 @@ async fn speculation_keeps_the_greedy_text_under_a_grammar() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_tool_calls_have_arguments_valid_for_their_function() {
+    let server = Server::start(&["--tool-call-parser", "hermes"]);
+    let weather = json!({"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 30},
+        "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": false});
+    let time = json!({"type": "object", "properties": {
+        "timezone": {"type": "string", "pattern": "^[A-Z][a-z]{2,12}/[A-Z][a-z]{2,12}$"}},
+        "required": ["timezone"], "additionalProperties": false});
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": weather, "strict": true}},
+        {"type": "function", "function": {"name": "get_time", "parameters": time}}
+    ]);
+    let choices = [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "get_time"}}),
+    ];
+    for (k, choice) in choices.iter().enumerate() {
+        for seed in 0..3 {
+            let body = chat_body(
+                "What is the weather in Paris, and what time is it there?",
+                json!({"tools": tools, "tool_choice": choice, "max_tokens": 100,
+                       "temperature": 1, "seed": seed}),
+            );
+            let (status, v) = post(&server.url("/v1/chat/completions"), body).await;
+            assert_eq!(status, 200, "{v}");
+            let choice = &v["choices"][0];
+            assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+            let call = &choice["message"]["tool_calls"][0]["function"];
+            let name = call["name"].as_str().unwrap();
+            let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+            let schema = if name == "get_weather" {
+                &weather
+            } else {
+                &time
+            };
+            assert!(k == 0 || name == "get_time", "{v}");
+            assert!(
+                jsonschema::validator_for(schema).unwrap().is_valid(&args),
+                "{v}"
+            );
+        }
+    }
+}

@@ -122,6 +122,9 @@ pub struct Sampler {
     scripted: usize,
     /// Structured output: masks each position's logits before the choice.
     constraint: Option<Box<dyn TokenConstraint>>,
+    /// Masks computed since [`Sampler::take_mask_time`] last asked, and their seconds.
+    masks: u64,
+    mask_seconds: f64,
 }
 
 impl Sampler {
@@ -138,6 +141,8 @@ impl Sampler {
             script: Vec::new(),
             scripted: 0,
             constraint: None,
+            masks: 0,
+            mask_seconds: 0.0,
         }
     }
 
@@ -161,8 +166,18 @@ impl Sampler {
     /// Masks the tokens the constraint does not allow here.
     fn constrain(&mut self, logits: &mut [f32]) {
         if let Some(c) = self.constraint.as_mut() {
+            let started = std::time::Instant::now();
             c.mask(logits);
+            self.masks += 1;
+            self.mask_seconds += started.elapsed().as_secs_f64();
         }
+    }
+
+    /// The masks computed since the last call, and the seconds they took.
+    pub fn take_mask_time(&mut self) -> (u64, f64) {
+        let taken = (self.masks, self.mask_seconds);
+        (self.masks, self.mask_seconds) = (0, 0.0);
+        taken
     }
 
     /// Moves the constraint past the emitted token.

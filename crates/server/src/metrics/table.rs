@@ -290,6 +290,16 @@ pub static METRICS: &[Metric] = &[
         |s| s.server.tool_call_errors.load(super::Relaxed).into(),
     ),
     Metric::counter(
+        "grammar_masks_total",
+        "Token masks computed for structured outputs (one per constrained position).",
+        |s| s.engine.grammar_masks.into(),
+    ),
+    Metric::counter(
+        "grammar_mask_seconds_total",
+        "Seconds spent computing structured outputs' token masks.",
+        |s| s.engine.grammar_mask_seconds.into(),
+    ),
+    Metric::counter(
         "spec_draft_tokens_total",
         "Speculative draft tokens proposed.",
         |s| s.engine.spec_proposed.into(),

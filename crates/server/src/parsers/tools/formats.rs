@@ -349,6 +349,19 @@ impl ToolFormat {
         }
     }
 
+    /// What closes one call after its arguments, where the arguments are a JSON object
+    /// (`None` for pythonic calls, whose arguments are not).
+    pub fn call_closing(self) -> Option<String> {
+        match self {
+            Self::Hermes => Some("}\n</tool_call>".into()),
+            Self::Llama3 => Some("}".into()),
+            Self::Mistral => Some("}]".into()),
+            Self::DeepseekV3 => Some(format!("\n```{DS_CALL_END}{DS_CALLS_END}")),
+            Self::KimiK2 => Some(format!("{KIMI_CALL_END}{KIMI_SECTION_END}")),
+            Self::Pythonic => None,
+        }
+    }
+
     /// The opening of a call the model is made to continue (`tool_choice` `required`, or a
     /// named function: then up to where its arguments begin). `name` is a valid tool name.
     pub fn forced_opening(self, name: Option<&str>) -> String {
