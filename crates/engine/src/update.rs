@@ -6,9 +6,11 @@ use crate::forward::Forward;
 use crate::step_loop::{Active, Engine};
 use crate::{FinishReason, RequestFailure, TokenEvent};
 use model::Logits;
-use model::sampler::Sampled;
+use model::sampler::{Sampled, Sampler};
+use rayon::prelude::*;
 use scheduler::{SeqId, StepOutcome, StepPlan};
 use speculative::Verdict;
+use std::collections::HashMap;
 
 /// One sequence's result of the step.
 struct Row {
@@ -57,6 +59,7 @@ impl Engine {
             }
         }
         self.stats.add_step();
+        let mut premasked = self.premask(plan, &lost, &logits);
         let mut rows = Vec::new();
         // Entry `j` of the batch is row `i` of the logits (lost entries did not run).
         let mut i = 0;
@@ -71,7 +74,8 @@ impl Engine {
                 }
             }
             if b.logits
-                && let Some(row) = self.sample(plan, j, i, &logits, &mut outcome)
+                && let Some(row) =
+                    self.sample(plan, (j, i), &logits, premasked.remove(&b.id), &mut outcome)
             {
                 rows.push(row);
             }
@@ -93,14 +97,47 @@ impl Engine {
         }
     }
 
-    /// Samples batch entry `j` (logits entry `i`), verifying its drafts if it has any;
-    /// records the kept drafts and its next token in `outcome`.
+    /// The rows of the sequences with a grammar that sample one token this step (no drafts),
+    /// masked, all at once on the thread pool: each mask is the grammar's work alone, and at
+    /// large batches they would otherwise add up on this thread.
+    fn premask(
+        &mut self,
+        plan: &StepPlan,
+        lost: &[SeqId],
+        logits: &Logits,
+    ) -> HashMap<SeqId, Vec<f32>> {
+        // Logits row `i` belongs to the `i`-th batch entry that was not lost.
+        let rows: HashMap<SeqId, usize> = plan
+            .batch
+            .iter()
+            .filter(|b| !lost.contains(&b.id))
+            .enumerate()
+            .filter(|(_, b)| b.logits && !plan.drafts.contains_key(&b.id))
+            .map(|(i, b)| (b.id, i))
+            .collect();
+        let mut work: Vec<(SeqId, &mut Sampler, Vec<f32>)> = self
+            .active
+            .iter_mut()
+            .filter(|(id, a)| a.sampler.is_constrained() && rows.contains_key(id))
+            .map(|(&id, a)| (id, &mut a.sampler, logits.row(rows[&id], 0).to_vec()))
+            .collect();
+        if work.len() < 2 {
+            return HashMap::new();
+        }
+        work.par_iter_mut()
+            .for_each(|(_, sampler, row)| sampler.premask(row));
+        work.into_iter().map(|(id, _, row)| (id, row)).collect()
+    }
+
+    /// Samples batch entry `j` (logits entry `i`; `premasked`: its row, masked ahead),
+    /// verifying its drafts if it has any; records the kept drafts and its next token in
+    /// `outcome`.
     fn sample(
         &mut self,
         plan: &StepPlan,
-        j: usize,
-        i: usize,
+        (j, i): (usize, usize),
         logits: &Logits,
+        premasked: Option<Vec<f32>>,
         outcome: &mut StepOutcome,
     ) -> Option<Row> {
         let (id, start) = (plan.batch[j].id, plan.batch[j].start);
@@ -121,7 +158,7 @@ impl Engine {
                 v
             }
             _ => {
-                let mut row = logits.row(i, 0).to_vec();
+                let mut row = premasked.unwrap_or_else(|| logits.row(i, 0).to_vec());
                 Verdict {
                     emitted: vec![a.sampler.sample(&mut row, a.request.logprobs)],
                     path: Vec::new(),

@@ -1,6 +1,7 @@
 //! One sequence's grammar: llguidance's matcher behind the sampler's constraint interface.
 
 use llguidance::Matcher;
+use llguidance::toktrie::SimpleVob;
 use model::sampler::TokenConstraint;
 
 /// A grammar in one sequence's state.
@@ -54,16 +55,8 @@ impl TokenConstraint for Grammar {
                 }
             },
         };
-        // Logits past the vocabulary (padded embeddings) are never allowed.
-        let in_vocab = |t: usize, size: usize| t < size;
         match allowed {
-            Some(set) if !set.is_zero() => {
-                for (t, l) in logits.iter_mut().enumerate() {
-                    if !(in_vocab(t, set.len()) && set.is_allowed(t as u32)) {
-                        *l = f32::NEG_INFINITY;
-                    }
-                }
-            }
+            Some(set) if !set.is_zero() => apply(&set, logits),
             _ => {
                 if self.failure.is_none() {
                     self.fail("the grammar allows no token here".into());
@@ -106,5 +99,23 @@ impl TokenConstraint for Grammar {
 
     fn boxed_clone(&self) -> Box<dyn TokenConstraint> {
         Box::new(self.clone())
+    }
+}
+
+/// Sets the logits of the tokens `set` leaves out to −∞, 32 at a time (most positions of a
+/// JSON grammar allow a handful of tokens: whole words of the set are zero). Logits past the
+/// vocabulary (padded embeddings) are never allowed.
+fn apply(set: &SimpleVob, logits: &mut [f32]) {
+    let words = set.as_slice();
+    for (w, chunk) in logits.chunks_mut(32).enumerate() {
+        let bits = words.get(w).copied().unwrap_or(0);
+        if bits == u32::MAX && (w + 1) * 32 <= set.len() {
+            continue;
+        }
+        for (b, l) in chunk.iter_mut().enumerate() {
+            if bits >> b & 1 == 0 || w * 32 + b >= set.len() {
+                *l = f32::NEG_INFINITY;
+            }
+        }
     }
 }

@@ -186,8 +186,14 @@ fn a_lark_grammar_is_followed_and_json_whitespace_is_bounded() {
 fn control_tokens_are_never_text_and_end_only_where_the_language_may() {
     let (g, tok) = grammars();
     let mut grammar = g.compile(&GrammarSpec::JsonObject).unwrap();
-    let mut logits = vec![0.0; tok.vocab_size()];
+    // Logits past the vocabulary (padded embeddings) are never allowed.
+    let mut logits = vec![0.0; tok.vocab_size() + 40];
     grammar.mask(&mut logits);
+    assert!(
+        logits[tok.vocab_size()..]
+            .iter()
+            .all(|&l| l == f32::NEG_INFINITY)
+    );
     assert_eq!(logits[0], f32::NEG_INFINITY, "<|endoftext|> is not text");
     assert_eq!(
         logits[EOS as usize],

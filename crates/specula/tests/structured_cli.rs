@@ -2,7 +2,8 @@
 //! table of schemas (streamed and not, greedy and sampled, chat and completions), for any JSON
 //! object, a regex and a GBNF grammar. Every answer that ends by itself validates; an answer cut
 //! by `max_tokens` says `length`; bad schemas and grammars are 400s before anything runs; and
-//! with speculation (EAGLE-3 and n-gram) the greedy text under a grammar is plain decoding's.
+//! with speculation (EAGLE-3 and n-gram) the greedy text under a grammar is plain decoding's,
+//! eight requests at once; forced tool calls name an offered function with valid arguments.
 
 mod common;
 
@@ -49,10 +50,10 @@ fn format(schema: &Value) -> Value {
     json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": true}})
 }
 
-/// A chat answer's content and finish reason, streamed or not.
-async fn answer(server: &Server, body: Value) -> (String, String) {
+/// A chat answer's content and finish reason from the chat route at `url`, streamed or not.
+async fn answer(url: &str, body: Value) -> (String, String) {
     if body["stream"] != json!(true) {
-        let (status, v) = post(&server.url("/v1/chat/completions"), body).await;
+        let (status, v) = post(url, body).await;
         assert_eq!(status, 200, "{v}");
         let choice = &v["choices"][0];
         let content = choice["message"]["content"].as_str().unwrap_or_default();
@@ -61,12 +62,7 @@ async fn answer(server: &Server, body: Value) -> (String, String) {
             choice["finish_reason"].as_str().unwrap().into(),
         );
     }
-    let r = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = client().post(url).json(&body).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let (mut content, mut finish) = (String::new(), String::new());
     for e in sse_events(r).await.iter().filter(|e| *e != "[DONE]") {
@@ -101,7 +97,7 @@ async fn every_answer_validates_streamed_or_not_greedy_or_sampled() {
                     json!({"response_format": format(schema), "max_tokens": 200,
                            "temperature": temperature, "seed": 7, "stream": stream}),
                 );
-                let (content, finish) = answer(&server, body).await;
+                let (content, finish) = answer(&server.url("/v1/chat/completions"), body).await;
                 assert_eq!(finish, "stop", "{content}");
                 assert_valid(schema, &content);
             }
@@ -126,7 +122,7 @@ async fn json_object_regex_ebnf_and_completions_follow_their_format() {
         "Return a JSON object with the keys city and country for Paris.",
         json!({"response_format": {"type": "json_object"}, "max_tokens": 200, "temperature": 0}),
     );
-    let (content, finish) = answer(&server, body).await;
+    let (content, finish) = answer(&server.url("/v1/chat/completions"), body).await;
     let value: Value = serde_json::from_str(&content).unwrap_or_else(|e| panic!("{content}: {e}"));
     assert!(value.is_object() && finish == "stop", "{content}");
 
@@ -134,7 +130,7 @@ async fn json_object_regex_ebnf_and_completions_follow_their_format() {
         "Is the sky blue? Answer and rate your confidence.",
         json!({"regex": "(yes|no), [0-9]{1,2}%", "max_tokens": 20, "temperature": 0}),
     );
-    let (content, _) = answer(&server, body).await;
+    let (content, _) = answer(&server.url("/v1/chat/completions"), body).await;
     let re = regex::Regex::new("^(yes|no), [0-9]{1,2}%$").unwrap();
     assert!(re.is_match(&content), "{content:?}");
 
@@ -144,7 +140,7 @@ async fn json_object_regex_ebnf_and_completions_follow_their_format() {
         "Name a pet and how many legs it has.",
         json!({"ebnf": gbnf, "max_tokens": 20, "temperature": 1, "seed": 1}),
     );
-    let (content, _) = answer(&server, body).await;
+    let (content, _) = answer(&server.url("/v1/chat/completions"), body).await;
     let re = regex::Regex::new("^(cat|dog) [1-9][0-9]?$").unwrap();
     assert!(re.is_match(&content), "{content:?}");
 
@@ -193,22 +189,31 @@ async fn bad_formats_are_400s_and_cut_answers_say_length() {
         prompts()[0],
         json!({"response_format": format(&schemas()[0]), "max_tokens": 4, "temperature": 0}),
     );
-    let (content, finish) = answer(&server, body).await;
+    let (content, finish) = answer(&server.url("/v1/chat/completions"), body).await;
     assert_eq!(finish, "length", "{content}");
     // The server still serves.
     let (status, _) = post(&url, chat_body("Hi", json!({"max_tokens": 2}))).await;
     assert_eq!(status, 200);
 }
 
-/// The greedy answers to every schema of the table.
+/// The greedy answers to every schema of the table, streamed and not, all eight requests at
+/// once (batched together, their masks computed together).
 async fn greedy_answers(server: &Server) -> Vec<String> {
+    let mut tasks = Vec::new();
+    for stream in [false, true] {
+        for (schema, prompt) in schemas().iter().zip(prompts()) {
+            let body = chat_body(
+                prompt,
+                json!({"response_format": format(schema), "max_tokens": 120, "temperature": 0,
+                       "stream": stream}),
+            );
+            let url = server.url("/v1/chat/completions");
+            tasks.push(tokio::spawn(async move { answer(&url, body).await.0 }));
+        }
+    }
     let mut out = Vec::new();
-    for (schema, prompt) in schemas().iter().zip(prompts()) {
-        let body = chat_body(
-            prompt,
-            json!({"response_format": format(schema), "max_tokens": 120, "temperature": 0}),
-        );
-        out.push(answer(server, body).await.0);
+    for t in tasks {
+        out.push(t.await.unwrap());
     }
     out
 }

@@ -122,6 +122,8 @@ pub struct Sampler {
     scripted: usize,
     /// Structured output: masks each position's logits before the choice.
     constraint: Option<Box<dyn TokenConstraint>>,
+    /// The next position's logits were masked already ([`Sampler::premask`]).
+    premasked: bool,
     /// Masks computed since [`Sampler::take_mask_time`] last asked, and their seconds.
     masks: u64,
     mask_seconds: f64,
@@ -141,6 +143,7 @@ impl Sampler {
             script: Vec::new(),
             scripted: 0,
             constraint: None,
+            premasked: false,
             masks: 0,
             mask_seconds: 0.0,
         }
@@ -163,8 +166,23 @@ impl Sampler {
         self.constraint.as_ref().and_then(|c| c.failure())
     }
 
-    /// Masks the tokens the constraint does not allow here.
+    /// Masks `logits` for the next position now, so that the next [`Sampler::sample`] takes
+    /// them as they are: masks of several sequences can then be computed at once.
+    pub fn premask(&mut self, logits: &mut [f32]) {
+        self.constrain(logits);
+        self.premasked = self.constraint.is_some();
+    }
+
+    /// Whether a constraint masks this sampler's tokens.
+    pub fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// Masks the tokens the constraint does not allow here (unless that was done ahead).
     fn constrain(&mut self, logits: &mut [f32]) {
+        if std::mem::take(&mut self.premasked) {
+            return;
+        }
         if let Some(c) = self.constraint.as_mut() {
             let started = std::time::Instant::now();
             c.mask(logits);
