@@ -197,13 +197,13 @@ impl Engine {
         match cmd {
             Command::Submit {
                 id,
-                request,
+                mut request,
                 events,
             } => {
                 self.stats.add_prompt_tokens(request.prompt.len());
                 let sampler = Sampler::new(request.sampling.clone(), &request.prompt)
                     .with_script(request.scripted.clone())
-                    .with_constraint(request.constraint.clone());
+                    .with_constraint(request.constraint.take());
                 self.scheduler.add(id, request.prompt.clone());
                 if let Some(spec) = self.speculator.as_mut() {
                     let sampling = (!request.sampling.is_greedy() && request.scripted.is_empty())

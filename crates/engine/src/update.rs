@@ -106,6 +106,10 @@ impl Engine {
         lost: &[SeqId],
         logits: &Logits,
     ) -> HashMap<SeqId, Vec<f32>> {
+        let constrained = self.active.values().filter(|a| a.sampler.is_constrained());
+        if constrained.take(2).count() < 2 {
+            return HashMap::new();
+        }
         // Logits row `i` belongs to the `i`-th batch entry that was not lost.
         let rows: HashMap<SeqId, usize> = plan
             .batch
@@ -247,7 +251,7 @@ impl Engine {
 
 /// Whether `token` ends the request's generation.
 fn is_stop(a: &Active, end_of_generation: &[u32], token: u32) -> bool {
-    let eos_ends = !a.request.ignore_eos || a.request.constraint.is_some();
+    let eos_ends = !a.request.ignore_eos || a.sampler.is_constrained();
     (eos_ends && end_of_generation.contains(&token)) || a.request.stop_token_ids.contains(&token)
 }
 

@@ -1,10 +1,10 @@
 //! Compiling specs into grammars, once per spec: llguidance's parser factory for the model's
 //! vocabulary, and a bounded cache of compiled grammars that each new sequence clones.
 
-use crate::GrammarError;
 use crate::constraint::Grammar;
 use crate::spec::GrammarSpec;
 use crate::vocab::token_env;
+use crate::{GrammarError, first_line};
 use llguidance::{Matcher, ParserFactory};
 use model::tokenizer::Tokenizer;
 use std::collections::{HashMap, VecDeque};
@@ -83,9 +83,4 @@ impl Grammars {
         // A panic while holding the lock leaves a cache that is still consistent.
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-/// llguidance's verbose errors carry the grammar after the reason: the reason is enough.
-fn first_line(message: &str) -> String {
-    message.lines().next().unwrap_or(message).trim().to_string()
 }

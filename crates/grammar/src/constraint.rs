@@ -30,16 +30,10 @@ impl Grammar {
         }
     }
 
-    /// Whether the output so far is a complete sentence of the language.
-    pub fn is_accepting(&mut self) -> bool {
-        self.matcher.is_accepting().unwrap_or(false)
-    }
-
-    /// Records the first failure: its first line (llguidance appends its whole state).
+    /// Records the first failure (its reason; the full message goes to the log).
     fn fail(&mut self, reason: String) {
         tracing::warn!("grammar failed: {reason}");
-        let line = reason.lines().next().unwrap_or_default().trim().to_string();
-        self.failure.get_or_insert(line);
+        self.failure.get_or_insert(crate::first_line(&reason));
     }
 }
 

@@ -22,6 +22,12 @@ pub use constraint::Grammar;
 pub use ebnf::ebnf_to_lark;
 pub use spec::{CallShape, GrammarSpec, JSON_MAX_WHITESPACE};
 
+/// llguidance's verbose errors carry its state and the grammar after the reason: the reason is
+/// enough.
+pub(crate) fn first_line(message: &str) -> String {
+    message.lines().next().unwrap_or(message).trim().to_string()
+}
+
 /// Why a grammar cannot be used: the request's fault (a 400), with llguidance's reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrammarError {

@@ -12,24 +12,14 @@ use model::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// GPT-2's char for each byte.
-fn byte_char(b: u8) -> char {
-    let printable = |b: u32| (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || b >= 0xae;
-    if printable(u32::from(b)) {
-        return char::from(b);
-    }
-    let n = (0..u32::from(b)).filter(|&x| !printable(x)).count() as u32;
-    char::from_u32(256 + n).unwrap()
-}
-
 const EOS: u32 = 1;
 const MERGES: [&str; 4] = ["{ \"", "\" :", "Ġ \"", ", Ġ"];
 
 fn tokenizer() -> Arc<Tokenizer> {
     let mut tokens = vec!["<|endoftext|>".to_string(), "<|im_end|>".to_string()];
     let mut types = vec![3, 3];
-    for b in 0..=255u8 {
-        tokens.push(byte_char(b).to_string());
+    for c in model::tokenizer::byte_chars() {
+        tokens.push(c.to_string());
         types.push(1);
     }
     for m in MERGES {

@@ -16,6 +16,7 @@ mod bpe;
 mod error;
 mod incremental;
 mod pieces;
+pub use pieces::byte_chars;
 pub mod pre;
 mod special;
 mod spm;
