@@ -18,7 +18,9 @@
 #              the sides' order swapped every round so a steady drift cancels; the per-round
 #              throughput ratios and their median are printed after the compare table of round 1),
 #              CANDIDATE_BODY (JSON merged into the candidate's requests only, e.g. a
-#              `response_format`: structured outputs against the same requests unconstrained)
+#              `response_format`: structured outputs against the same requests unconstrained),
+#              BODY (JSON merged into both sides' requests, where CANDIDATE_BODY does not
+#              replace it: e.g. the same schema on both, BASE=--disable-grammar-forced-drafts SPEC=)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVER="${SERVER:-specula}"
@@ -80,11 +82,13 @@ for level in "${levels[@]}"; do
         [ $((round % 2)) = 1 ] || sides=("$NAME" baseline)
         for side in "${sides[@]}"; do
             port=$PORT
-            side_flags=()
+            body="${BODY:-}"
             if [ "$side" != baseline ]; then
                 port=$((PORT + 1))
-                [ -z "${CANDIDATE_BODY:-}" ] || side_flags=(--extra-body "$CANDIDATE_BODY")
+                body="${CANDIDATE_BODY:-$body}"
             fi
+            side_flags=()
+            [ -z "$body" ] || side_flags=(--extra-body "$body")
             echo "== $side, C=$level, round $round"
             target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
                 --first-slice "$slice" --output "$OUT_DIR/levels/$side.$level.r$round.json" \
@@ -95,7 +99,7 @@ for level in "${levels[@]}"; do
 done
 if [ "$SERVER" = specula ]; then
     curl -s "http://127.0.0.1:$((PORT + 1))/metrics" |
-        grep -E '^specula:(spec_(draft|accepted|acceptance|steps)|grammar_mask|generation_tokens)' || true
+        grep -E '^specula:(spec_(draft|accepted|acceptance|steps)|grammar_|generation_tokens)' || true
     for side in baseline "$NAME"; do
         port=$PORT
         [ "$side" = baseline ] || port=$((PORT + 1))

@@ -53,6 +53,9 @@ pub struct EngineConfig {
     pub hicache_storage_dir: Option<std::path::PathBuf>,
     /// Names the model's weights (stored KV blocks of another model are never loaded).
     pub model_fingerprint: String,
+    /// Sequences with a grammar that the speculator does not draft verify the tokens their
+    /// grammar forces as drafts (off: `--disable-grammar-forced-drafts`).
+    pub grammar_forced_drafts: bool,
 }
 
 /// Speculative decoding settings (SGLang's flag names in the comments).

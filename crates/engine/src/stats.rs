@@ -25,6 +25,9 @@ pub struct EngineStats {
     /// Structured outputs: token masks computed, and their nanoseconds.
     grammar_masks: AtomicU64,
     grammar_mask_ns: AtomicU64,
+    /// Grammar-forced drafts verified, and those accepted.
+    grammar_forced_drafts: AtomicU64,
+    grammar_forced_accepted: AtomicU64,
     /// Verifications by drafts accepted (the last bucket counts that many or more).
     accept_hist: [AtomicU64; ACCEPT_BUCKETS],
     /// The adaptive policy's step-cost fit, f64 bits: seconds per step and per work unit.
@@ -85,6 +88,10 @@ pub struct StatsSnapshot {
     /// verified) and the seconds they took together.
     pub grammar_masks: u64,
     pub grammar_mask_seconds: f64,
+    /// Structured outputs: drafts of the tokens a grammar forced, verified and accepted (they
+    /// are not in the `spec_*` figures).
+    pub grammar_forced_drafts: u64,
+    pub grammar_forced_accepted: u64,
     pub accept_hist: [u64; ACCEPT_BUCKETS],
     /// The adaptive policy's fit of step time, `a + b·work` seconds (0 without it).
     pub step_cost_a: f64,
@@ -150,6 +157,8 @@ impl EngineStats {
             spec_steps_off: self.spec_steps_off.load(Relaxed),
             grammar_masks: self.grammar_masks.load(Relaxed),
             grammar_mask_seconds: self.grammar_mask_ns.load(Relaxed) as f64 / 1e9,
+            grammar_forced_drafts: self.grammar_forced_drafts.load(Relaxed),
+            grammar_forced_accepted: self.grammar_forced_accepted.load(Relaxed),
             accept_hist: std::array::from_fn(|i| self.accept_hist[i].load(Relaxed)),
             step_cost_a: f64::from_bits(self.cost_a.load(Relaxed)),
             step_cost_b: f64::from_bits(self.cost_b.load(Relaxed)),
@@ -240,6 +249,13 @@ impl EngineStats {
         self.grammar_masks.fetch_add(masks, Relaxed);
         self.grammar_mask_ns
             .fetch_add((seconds * 1e9) as u64, Relaxed);
+    }
+
+    /// A sequence verified `drafts` grammar-forced drafts and accepted `accepted` of them.
+    pub(crate) fn add_forced_drafts(&self, drafts: usize, accepted: usize) {
+        self.grammar_forced_drafts.fetch_add(drafts as u64, Relaxed);
+        self.grammar_forced_accepted
+            .fetch_add(accepted as u64, Relaxed);
     }
 
     pub(crate) fn add_step(&self) {

@@ -18,7 +18,7 @@ use speculative::{
     Algorithm, DraftModel, Drafter, NgramDrafter, NgramProposer, PolicyConfig, Speculator,
     SpeculatorConfig,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
@@ -60,6 +60,10 @@ pub(crate) struct Engine {
     pub(crate) end_of_generation: Vec<u32>,
     pub(crate) stats: Arc<EngineStats>,
     pub(crate) speculator: Option<Speculator>,
+    /// Whether sequences the speculator does not draft draft what their grammar forces.
+    pub(crate) grammar_forced_drafts: bool,
+    /// The sequences whose drafts this step are grammar-forced ones.
+    pub(crate) forced: HashSet<SeqId>,
     pub(crate) tiers: Tiers,
 }
 
@@ -130,6 +134,8 @@ impl Engine {
             end_of_generation,
             stats,
             speculator,
+            grammar_forced_drafts: config.grammar_forced_drafts,
+            forced: HashSet::new(),
             tiers,
         };
         engine.calibrate();
@@ -173,19 +179,26 @@ impl Engine {
 
     /// The scheduler's plan for this step, speculation drafting for its decodes.
     fn plan(&mut self) -> StepPlan {
-        let mut guarded = self.speculator.as_mut().map(|spec| GrammarGuard {
-            spec,
-            active: &mut self.active,
+        let constrained = self.active.values().any(|a| a.sampler.is_constrained());
+        let mut guard = (self.speculator.is_some() || constrained).then(|| {
+            GrammarGuard::new(
+                self.speculator.as_mut(),
+                &mut self.active,
+                self.grammar_forced_drafts,
+            )
         });
-        let planner = guarded.as_mut().map(|g| g as &mut dyn DraftPlanner);
-        let plan = self.scheduler.plan(planner);
+        let plan = self
+            .scheduler
+            .plan(guard.as_mut().map(|g| g as &mut dyn DraftPlanner));
+        self.forced = guard.map(GrammarGuard::into_forced).unwrap_or_default();
         self.stats.add_preemptions(plan.preempted.len() as u64);
         if let Some(spec) = self.speculator.as_mut() {
             for &id in &plan.preempted {
                 spec.lost_kv(id);
             }
             if plan.decodes > 0 {
-                self.stats.add_spec_step(!plan.drafts.is_empty());
+                let speculated = plan.drafts.keys().any(|id| !self.forced.contains(id));
+                self.stats.add_spec_step(speculated);
             }
         }
         self.announce_admissions(&plan);

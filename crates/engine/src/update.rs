@@ -147,6 +147,18 @@ impl Engine {
         let (id, start) = (plan.batch[j].id, plan.batch[j].start);
         let a = self.active.get_mut(&id)?;
         let verdict = match (plan.drafts.get(&id), self.speculator.as_mut()) {
+            (Some(tree), _) if self.forced.contains(&id) => {
+                // Grammar-forced drafts: verified alone (no drafter made them), and not
+                // speculation's (its acceptance figures leave them out).
+                let v = speculative::verify::walk(
+                    tree,
+                    |n| logits.row(i, n),
+                    &mut a.sampler,
+                    a.request.logprobs,
+                );
+                self.stats.add_forced_drafts(tree.len(), v.path.len());
+                v
+            }
             (Some(tree), Some(spec)) => {
                 let v = spec.verify(
                     id,

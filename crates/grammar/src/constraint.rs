@@ -87,6 +87,13 @@ impl TokenConstraint for Grammar {
         self.matcher.validate_tokens(tokens).unwrap_or(0)
     }
 
+    fn forced(&mut self) -> Vec<u32> {
+        if self.failure.is_some() || self.matcher.is_stopped() {
+            return Vec::new();
+        }
+        self.matcher.compute_ff_tokens()
+    }
+
     fn failure(&self) -> Option<String> {
         self.failure.clone()
     }

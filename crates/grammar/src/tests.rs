@@ -232,6 +232,41 @@ fn drafts_are_checked_without_moving_the_grammar() {
 }
 
 #[test]
+fn forced_tokens_spell_the_schema_key_and_leave_the_grammar_in_place() {
+    let (g, tok) = grammars();
+    let schema = json!({"type": "object", "properties": {"temperature": {"type": "integer"}},
+        "required": ["temperature"], "additionalProperties": false});
+    let mut grammar = g.compile(&GrammarSpec::JsonSchema(schema)).unwrap();
+    for t in tok.encode("{\"", false, false).unwrap() {
+        grammar.advance(t);
+    }
+    let forced = grammar.forced();
+    let text = String::from_utf8(tok.decode_bytes(&forced, false).unwrap()).unwrap();
+    // The key is the only continuation (its closing quote may be left to the next token).
+    assert!(text.len() >= "temperature".len(), "{text:?}");
+    assert!("temperature\":".starts_with(&text), "{text:?}");
+    assert_eq!(grammar.valid_prefix(&forced), forced.len());
+    assert_eq!(grammar.forced(), forced, "asking again gives the same");
+    // Nothing was consumed: the forced tokens are still the next ones, then a value.
+    for &t in &forced {
+        grammar.advance(t);
+    }
+    let rest = tok
+        .encode(&"temperature\": 3}"[text.len()..], false, false)
+        .unwrap();
+    assert_eq!(grammar.valid_prefix(&rest), rest.len());
+    assert!(grammar.failure().is_none());
+    // Where the model chooses (a value's digits), nothing is forced.
+    for &t in &tok
+        .encode(&"temperature\": "[text.len()..], false, false)
+        .unwrap()
+    {
+        grammar.advance(t);
+    }
+    assert_eq!(grammar.forced(), Vec::<u32>::new());
+}
+
+#[test]
 fn a_cached_grammar_starts_fresh_for_each_sequence() {
     let (g, tok) = grammars();
     let mut first = g.compile(&GrammarSpec::JsonObject).unwrap();

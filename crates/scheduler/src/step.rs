@@ -26,7 +26,7 @@ pub struct Load {
 }
 
 /// A decoding sequence whose draft slots are reserved.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Granted<'a> {
     pub seq: &'a Sequence,
     /// Its KV block table, with slots for its last token and the slots granted.

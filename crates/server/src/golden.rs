@@ -32,6 +32,8 @@ pub(crate) fn sample() -> (StatsSnapshot, ServerMetrics) {
         spec_steps_off: 23,
         grammar_masks: 640,
         grammar_mask_seconds: 0.032,
+        grammar_forced_drafts: 96,
+        grammar_forced_accepted: 90,
         accept_hist,
         step_cost_a: 0.0125,
         step_cost_b: 0.000_375,

@@ -13,6 +13,11 @@ pub trait TokenConstraint: Send + Sync + std::fmt::Debug {
     /// How many of `tokens`, in order, it would accept from here (nothing is consumed): drafts
     /// after that are rejected for sure.
     fn valid_prefix(&mut self, tokens: &[u32]) -> usize;
+    /// The tokens it forces from here, in order, if any (nothing is consumed): where only one
+    /// continuation is allowed (a schema's keys, JSON punctuation), spelled as the tokenizer
+    /// would. Other spellings of the same text may be allowed too, so these are drafts to
+    /// verify, not tokens to emit.
+    fn forced(&mut self) -> Vec<u32>;
     /// Why the constraint cannot go on, once it has failed.
     fn failure(&self) -> Option<String>;
     /// A copy in the same state (each choice of a request gets its own).

@@ -300,6 +300,16 @@ pub static METRICS: &[Metric] = &[
         |s| s.engine.grammar_mask_seconds.into(),
     ),
     Metric::counter(
+        "grammar_forced_draft_tokens_total",
+        "Drafts of tokens a grammar forced, verified by sequences the speculator did not draft.",
+        |s| s.engine.grammar_forced_drafts.into(),
+    ),
+    Metric::counter(
+        "grammar_forced_accepted_tokens_total",
+        "Grammar-forced drafts accepted.",
+        |s| s.engine.grammar_forced_accepted.into(),
+    ),
+    Metric::counter(
         "spec_draft_tokens_total",
         "Speculative draft tokens proposed.",
         |s| s.engine.spec_proposed.into(),

@@ -106,6 +106,10 @@ pub struct ServeArgs {
     /// Turn the radix prefix cache off: every prompt is computed in full.
     #[arg(long)]
     pub disable_radix_cache: bool,
+    /// Structured outputs: do not verify the tokens a grammar forces (a schema's keys, JSON
+    /// punctuation) as drafts of sequences that speculation does not draft.
+    #[arg(long)]
+    pub disable_grammar_forced_drafts: bool,
     /// Admission order of waiting requests: fcfs (arrival) or lpm (longest cached prefix
     /// first).
     #[arg(long, value_enum, ignore_case = true, default_value = "fcfs")]

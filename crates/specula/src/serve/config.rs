@@ -50,6 +50,7 @@ pub struct ServeConfig {
     pub kv_cache_dtype: KvCacheDtype,
     pub shutdown_timeout: u64,
     pub disable_radix_cache: bool,
+    pub disable_grammar_forced_drafts: bool,
     #[serde(with = "named")]
     pub schedule_policy: SchedulePolicy,
     pub hicache_storage_dir: Option<PathBuf>,
@@ -378,6 +379,7 @@ mod tests {
             "kv_cache_dtype",
             "shutdown_timeout",
             "disable_radix_cache",
+            "disable_grammar_forced_drafts",
             "schedule_policy",
             "hicache_storage_dir",
         ];

@@ -66,6 +66,7 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
         host_cache_blocks: 0,
         hicache_storage_dir: s.hicache_storage_dir.clone(),
         model_fingerprint: fingerprint(path)?,
+        grammar_forced_drafts: !s.disable_grammar_forced_drafts,
     };
     let mut config = config;
     if let Some(tier) = s.hicache {

@@ -92,6 +92,7 @@ pub async fn generate(
         host_cache_blocks: 0,
         hicache_storage_dir: None,
         model_fingerprint: String::new(),
+        grammar_forced_drafts: false,
     };
     let eog = tokenizer.eog_ids().to_vec();
     let handle = engine::start(model, None, config, eog).context("cannot start the engine")?;
