@@ -95,13 +95,17 @@ impl DraftPlanner for GrammarGuard<'_> {
     }
 
     fn draft(&mut self, granted: &[Granted<'_>]) -> Vec<DraftTree> {
-        let speculated: Vec<Granted<'_>> = granted
-            .iter()
-            .filter(|g| !self.forced.contains_key(&g.seq.id))
-            .cloned()
-            .collect();
         let mut speculated = match self.spec.as_deref_mut() {
-            Some(spec) => spec.draft(&speculated).into_iter(),
+            // The usual step: every grant is the speculator's (no copies made).
+            Some(spec) if self.forced.is_empty() => spec.draft(granted).into_iter(),
+            Some(spec) => {
+                let own: Vec<Granted<'_>> = granted
+                    .iter()
+                    .filter(|g| !self.forced.contains_key(&g.seq.id))
+                    .cloned()
+                    .collect();
+                spec.draft(&own).into_iter()
+            }
             None => Vec::new().into_iter(),
         };
         let mut trees = Vec::with_capacity(granted.len());

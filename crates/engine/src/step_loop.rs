@@ -170,7 +170,7 @@ impl Engine {
         self.update(&plan, forward);
         if self.speculator.is_some() && plan.decodes > 0 && plan.is_decode_only() {
             let phases = [planned - started, ran - planned, ran.elapsed()];
-            self.stats.add_step_phases(!plan.drafts.is_empty(), phases);
+            self.stats.add_step_phases(self.speculated(&plan), phases);
         }
         if plan.is_empty() {
             self.fail_unrunnable();
@@ -192,18 +192,24 @@ impl Engine {
             .plan(guard.as_mut().map(|g| g as &mut dyn DraftPlanner));
         self.forced = guard.map(GrammarGuard::into_forced).unwrap_or_default();
         self.stats.add_preemptions(plan.preempted.len() as u64);
+        let speculated = self.speculated(&plan);
         if let Some(spec) = self.speculator.as_mut() {
             for &id in &plan.preempted {
                 spec.lost_kv(id);
             }
             if plan.decodes > 0 {
-                let speculated = plan.drafts.keys().any(|id| !self.forced.contains(id));
                 self.stats.add_spec_step(speculated);
             }
         }
         self.announce_admissions(&plan);
         self.publish_load();
         plan
+    }
+
+    /// Whether a sequence of `plan` verifies the speculator's drafts (grammar-forced ones are
+    /// not speculation's).
+    fn speculated(&self, plan: &StepPlan) -> bool {
+        plan.drafts.keys().any(|id| !self.forced.contains(id))
     }
 
     fn handle(&mut self, cmd: Command) {
