@@ -3,7 +3,7 @@
 
 use crate::constraint::Grammar;
 use crate::spec::GrammarSpec;
-use crate::vocab::token_env;
+use crate::vocab::{control_token, token_env};
 use crate::{GrammarError, first_line};
 use llguidance::{Matcher, ParserFactory};
 use model::tokenizer::Tokenizer;
@@ -16,6 +16,7 @@ pub const CACHED_GRAMMARS: usize = 64;
 /// The grammars of one model: its token environment, and the cache.
 pub struct Grammars {
     factory: ParserFactory,
+    tokenizer: Arc<Tokenizer>,
     eos: Vec<u32>,
     cache: Mutex<Cache>,
 }
@@ -35,12 +36,13 @@ struct Cache {
 impl Grammars {
     /// Grammars over `tokenizer`'s vocabulary; `eos` are the tokens that end a generation.
     pub fn new(tokenizer: Arc<Tokenizer>, eos: &[u32]) -> Result<Self, GrammarError> {
-        let env = token_env(tokenizer, eos).map_err(GrammarError::Vocabulary)?;
+        let env = token_env(tokenizer.clone(), eos).map_err(GrammarError::Vocabulary)?;
         let mut factory =
             ParserFactory::new_simple(&env).map_err(|e| GrammarError::Vocabulary(e.to_string()))?;
         factory.quiet();
         Ok(Self {
             factory,
+            tokenizer,
             eos: eos.to_vec(),
             cache: Mutex::new(Cache::default()),
         })
@@ -49,13 +51,13 @@ impl Grammars {
     /// A fresh grammar for `spec`: compiled (within llguidance's limits) the first time, cloned
     /// from the cache after. An invalid or unsupported spec is an error naming the problem.
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {
-        let key = spec.cache_key();
+        let (key, grammar) = spec.build(&|text| control_token(&self.tokenizer, text));
         if let Some(m) = self.lock().compiled.get(&key) {
             return Ok(Grammar::new(m.clone(), &self.eos));
         }
         let parser = self
             .factory
-            .create_parser(spec.to_grammar())
+            .create_parser(grammar)
             .map_err(|e| GrammarError::Invalid(first_line(&e.to_string())))?;
         let mut matcher = Matcher::new(Ok(parser));
         // The first mask builds the lexer's start: a grammar that cannot produce one fails here,

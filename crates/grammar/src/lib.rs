@@ -12,6 +12,7 @@ mod compile;
 mod constraint;
 mod ebnf;
 mod spec;
+mod tools;
 mod vocab;
 
 #[cfg(test)]
@@ -20,7 +21,8 @@ mod tests;
 pub use compile::{CACHED_GRAMMARS, Grammars};
 pub use constraint::Grammar;
 pub use ebnf::ebnf_to_lark;
-pub use spec::{CallShape, GrammarSpec, JSON_MAX_WHITESPACE};
+pub use spec::{GrammarSpec, JSON_MAX_WHITESPACE};
+pub use tools::{BareCalls, CallShape, OptionalCalls, StructuralTag, TaggedStructure};
 
 /// llguidance's verbose errors carry its state and the grammar after the reason: the reason is
 /// enough.

@@ -1,6 +1,10 @@
 //! What a request asks its output to be, in the API's terms (`response_format`, SGLang's `regex`
 //! and `ebnf`), and the llguidance grammar for it.
 
+use crate::tools::{
+    CallShape, OptionalCalls, StructuralTag, forced_call_lark, optional_calls_lark,
+    structural_tag_lark,
+};
 use llguidance::JsonCompileOptions;
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Value, json};
@@ -20,62 +24,43 @@ pub enum GrammarSpec {
     /// arguments as a JSON object under the function's parameter schema, then the text that
     /// closes the call.
     ToolCall(Vec<CallShape>),
-}
-
-/// One function's call, as the tool-call format writes it around the arguments.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallShape {
-    pub before: String,
-    pub parameters: Value,
-    pub after: String,
+    /// Calls the model may make or not (`tool_choice` `auto` with strict functions).
+    OptionalToolCalls(OptionalCalls),
+    /// `response_format: {"type": "structural_tag", ...}`: text with tagged JSON inside.
+    StructuralTag(StructuralTag),
 }
 
 impl GrammarSpec {
-    /// The key compiled grammars are cached under.
-    pub(crate) fn cache_key(&self) -> String {
-        match self {
-            GrammarSpec::JsonSchema(schema) => format!("json_schema\u{0}{schema}"),
-            GrammarSpec::JsonObject => "json_object".into(),
-            GrammarSpec::Regex(rx) => format!("regex\u{0}{rx}"),
-            GrammarSpec::Lark(g) => format!("lark\u{0}{g}"),
-            GrammarSpec::ToolCall(_) => format!("tool_call\u{0}{}", self.tool_call_lark()),
-        }
-    }
-
-    /// llguidance's grammar. JSON may put whitespace between its tokens as models like to
-    /// (a newline and indentation), but at most [`JSON_MAX_WHITESPACE`] characters per gap: a
-    /// small model left free there can fill its whole budget with blank lines.
-    pub(crate) fn to_grammar(&self) -> TopLevelGrammar {
-        match self {
-            GrammarSpec::JsonSchema(schema) => json_grammar(schema.clone()),
-            GrammarSpec::JsonObject => json_grammar(json!({"type": "object"})),
-            GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
-            GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
-            GrammarSpec::ToolCall(_) => TopLevelGrammar::from_lark(self.tool_call_lark()),
-        }
-    }
-
-    /// A tool call's grammar in Lark: one rule per function, its arguments under `%json`.
-    fn tool_call_lark(&self) -> String {
-        let GrammarSpec::ToolCall(calls) = self else {
-            return String::new();
+    /// llguidance's grammar, and the key compiled grammars are cached under. `control` gives
+    /// the id of a control token spelled by a text (a tool-call marker may be one). JSON may put
+    /// whitespace between its tokens as models like to (a newline and indentation), but at most
+    /// [`JSON_MAX_WHITESPACE`] characters per gap: a small model left free there can fill its
+    /// whole budget with blank lines.
+    pub(crate) fn build(&self, control: &dyn Fn(&str) -> Option<u32>) -> (String, TopLevelGrammar) {
+        let lark = |kind: &str, lark: String| {
+            (
+                format!("{kind}\u{0}{lark}"),
+                TopLevelGrammar::from_lark(lark),
+            )
         };
-        let literal = |s: &str| {
-            if s.is_empty() {
-                String::new()
-            } else {
-                Value::from(s).to_string()
+        match self {
+            GrammarSpec::JsonSchema(schema) => (
+                format!("json_schema\u{0}{schema}"),
+                json_grammar(schema.clone()),
+            ),
+            GrammarSpec::JsonObject => (
+                "json_object".into(),
+                json_grammar(json!({"type": "object"})),
+            ),
+            GrammarSpec::Regex(rx) => (format!("regex\u{0}{rx}"), TopLevelGrammar::from_regex(rx)),
+            GrammarSpec::Lark(g) => lark("lark", g.clone()),
+            GrammarSpec::ToolCall(calls) => lark("tool_call", forced_call_lark(calls)),
+            GrammarSpec::OptionalToolCalls(spec) => {
+                let marker = spec.trigger.as_deref().and_then(control);
+                lark("optional_tool_calls", optional_calls_lark(spec, marker))
             }
-        };
-        let names: Vec<String> = (0..calls.len()).map(|i| format!("call_{i}")).collect();
-        let mut lark = format!("start: {}\n", names.join(" | "));
-        for (name, call) in names.iter().zip(calls) {
-            let mut schema = call.parameters.clone();
-            with_json_options(&mut schema);
-            let (before, after) = (literal(&call.before), literal(&call.after));
-            lark.push_str(&format!("{name}: {before} %json {schema} {after}\n"));
+            GrammarSpec::StructuralTag(tag) => lark("structural_tag", structural_tag_lark(tag)),
         }
-        lark
     }
 }
 
@@ -85,7 +70,7 @@ fn json_grammar(mut schema: Value) -> TopLevelGrammar {
 }
 
 /// Our JSON options, written into the schema (a schema that sets llguidance's own keeps them).
-fn with_json_options(schema: &mut Value) {
+pub(crate) fn with_json_options(schema: &mut Value) {
     if schema.is_object() && schema.get("x-guidance").is_none() {
         json_options().apply_to(schema);
     }

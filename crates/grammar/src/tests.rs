@@ -346,3 +346,175 @@ fn a_forced_tool_call_has_valid_arguments_for_one_of_its_functions() {
     }
     assert!(seen.iter().any(|n| n == "get_time") && seen.iter().any(|n| n == "get_weather"));
 }
+
+#[test]
+fn optional_tool_calls_allow_text_or_calls_valid_for_their_function() {
+    let (g, tok) = grammars();
+    let weather = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}},
+        "required": ["city"], "additionalProperties": false});
+    let spec = |answer: Option<Value>, parallel| {
+        GrammarSpec::OptionalToolCalls(crate::OptionalCalls {
+            trigger: Some("<tool_call>".into()),
+            calls: vec![crate::CallShape {
+                before: "\n{\"name\": \"get_weather\", \"arguments\": ".into(),
+                parameters: weather.clone(),
+                after: "}\n</tool_call>".into(),
+            }],
+            bare: Some(crate::BareCalls {
+                key: "arguments".into(),
+                separator: None,
+                functions: vec![("get_weather".into(), weather.clone())],
+            }),
+            parallel,
+            answer,
+        })
+    };
+    let whole = |spec: &GrammarSpec, text: &str| {
+        let mut ids = tok.encode(text, false, false).unwrap();
+        ids.push(EOS);
+        g.compile(spec).unwrap().valid_prefix(&ids) == ids.len()
+    };
+    let call = |city: &str| {
+        format!(
+            "<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"{city}\"}}}}\n</tool_call>"
+        )
+    };
+    let text = spec(None, true);
+    for ok in [
+        "It is sunny, and 3 < 4.".to_string(),
+        String::new(),
+        format!("Let me look. {}", call("Paris")),
+        format!("{}\n{}", call("Paris"), call("Rome")),
+        r#"{"name": "get_weather", "arguments": {"city": "Oslo"}}"#.to_string(),
+    ] {
+        assert!(whole(&text, &ok), "{ok:?} is refused");
+    }
+    for bad in [
+        call("Londonderry"),
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>".to_string(),
+        r#"{"name": "get_weather", "arguments": {"town": "Oslo"}}"#.to_string(),
+        r#"{"a": 1}"#.to_string(),
+        format!("{} and then more text", call("Paris")),
+    ] {
+        assert!(!whole(&text, &bad), "{bad:?} is accepted");
+    }
+    let two = format!("{}\n{}", call("Paris"), call("Rome"));
+    assert!(!whole(&spec(None, false), &two), "one call at most");
+    let answer =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let json_answer = spec(Some(answer), true);
+    assert!(whole(&json_answer, "{\"n\": 3}") && whole(&json_answer, &call("Paris")));
+    assert!(!whole(&json_answer, "The answer is 3."));
+    // After the marker the call's opening is forced: the model only writes the arguments.
+    let mut grammar = g.compile(&text).unwrap();
+    for t in tok.encode("Sure. <tool_call>", false, false).unwrap() {
+        grammar.advance(t);
+    }
+    let forced = grammar.forced();
+    let forced = String::from_utf8(tok.decode_bytes(&forced, false).unwrap()).unwrap();
+    assert!(
+        forced.starts_with("\n{\"name\": \"get_weather\""),
+        "{forced:?}"
+    );
+    // Llama 3's form: no marker, JSON calls at the start joined by `;`.
+    let llama = GrammarSpec::OptionalToolCalls(crate::OptionalCalls {
+        trigger: None,
+        calls: Vec::new(),
+        bare: Some(crate::BareCalls {
+            key: "parameters".into(),
+            separator: Some(";".into()),
+            functions: vec![("get_weather".into(), weather.clone())],
+        }),
+        parallel: true,
+        answer: None,
+    });
+    let bare = |city: &str| {
+        format!("{{\"name\": \"get_weather\", \"parameters\": {{\"city\": \"{city}\"}}}}")
+    };
+    assert!(whole(&llama, "No call <tool_call> here."));
+    assert!(whole(
+        &llama,
+        &format!("{}; {}", bare("Oslo"), bare("Rome"))
+    ));
+    assert!(!whole(&llama, &bare("Londonderry")));
+}
+
+#[test]
+fn a_structural_tag_keeps_text_free_and_each_tagged_part_valid() {
+    let (g, tok) = grammars();
+    let weather = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}},
+        "required": ["city"], "additionalProperties": false});
+    let spec = GrammarSpec::StructuralTag(crate::StructuralTag {
+        triggers: vec!["<function=".into()],
+        structures: vec![crate::TaggedStructure {
+            begin: "<function=get_weather>".into(),
+            schema: weather,
+            end: "</function>".into(),
+        }],
+    });
+    let whole = |text: &str| {
+        let mut ids = tok.encode(text, false, false).unwrap();
+        ids.push(EOS);
+        g.compile(&spec).unwrap().valid_prefix(&ids) == ids.len()
+    };
+    let tagged = |city: &str| format!("<function=get_weather>{{\"city\": \"{city}\"}}</function>");
+    for ok in [
+        String::new(),
+        "Plain text, <b>tags</b> and {braces}.".to_string(),
+        format!(
+            "Let me see. {} Then {} and done.",
+            tagged("Oslo"),
+            tagged("Rome")
+        ),
+    ] {
+        assert!(whole(&ok), "{ok:?} is refused");
+    }
+    for bad in [
+        "<function=get_time>{}</function>".to_string(),
+        tagged("Londonderry"),
+        "<function=get_weather>{\"city\": \"Oslo\"} and no end".to_string(),
+    ] {
+        assert!(!whole(&bad), "{bad:?} is accepted");
+    }
+}
+
+#[test]
+fn a_call_marker_that_is_a_control_token_opens_calls_as_that_token() {
+    let (g, tok) = grammars();
+    let args = json!({"type": "object", "properties": {"n": {"type": "integer"}},
+        "required": ["n"], "additionalProperties": false});
+    let spec = GrammarSpec::OptionalToolCalls(crate::OptionalCalls {
+        trigger: Some("<|endoftext|>".into()),
+        calls: vec![crate::CallShape {
+            before: "f(".into(),
+            parameters: args,
+            after: ")".into(),
+        }],
+        bare: None,
+        parallel: true,
+        answer: None,
+    });
+    let valid = |pieces: &[&str]| {
+        let mut ids = Vec::new();
+        for p in pieces {
+            match *p {
+                "MARK" => ids.push(0),
+                text => ids.extend(tok.encode(text, false, false).unwrap()),
+            }
+        }
+        ids.push(EOS);
+        g.compile(&spec).unwrap().valid_prefix(&ids) == ids.len()
+    };
+    assert!(valid(&["Some text."]));
+    assert!(valid(&[
+        "Some text.",
+        "MARK",
+        "f({\"n\": 3})",
+        "\n",
+        "MARK",
+        "f({\"n\": 4})"
+    ]));
+    assert!(!valid(&["Some text.", "MARK", "f({\"n\": \"x\"})"]));
+    // Its text spelled in ordinary tokens is not a way around the grammar.
+    assert!(!valid(&["Some text <|endoftext|>f({\"n\": \"x\"})"]));
+}

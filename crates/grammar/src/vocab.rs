@@ -35,11 +35,7 @@ pub(crate) fn token_env(tokenizer: Arc<Tokenizer>, eos: &[u32]) -> Result<TokEnv
 /// A token's bytes: its text for ordinary tokens, the special marker and its name for control,
 /// unknown and unused ones (never produced by text).
 fn token_bytes(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
-    let attr = tokenizer.token_attr(id).unwrap_or_default();
-    let special = TokenAttr::CONTROL
-        .union(TokenAttr::UNKNOWN)
-        .union(TokenAttr::UNUSED);
-    if attr.has(special) {
+    if is_marked(tokenizer, id) {
         let mut bytes = vec![TokTrie::SPECIAL_TOKEN_MARKER];
         bytes.extend_from_slice(tokenizer.token_text(id).unwrap_or_default().as_bytes());
         return bytes;
@@ -48,6 +44,22 @@ fn token_bytes(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
         .token_to_piece(id, true)
         .map(<[u8]>::to_vec)
         .unwrap_or_default()
+}
+
+/// Control, unknown and unused tokens: behind the special marker, never text.
+fn is_marked(tokenizer: &Tokenizer, id: u32) -> bool {
+    let special = TokenAttr::CONTROL
+        .union(TokenAttr::UNKNOWN)
+        .union(TokenAttr::UNUSED);
+    tokenizer.token_attr(id).unwrap_or_default().has(special)
+}
+
+/// The control token spelled `text`, if the vocabulary has one (a grammar names it by id: its
+/// text cannot reach it).
+pub(crate) fn control_token(tokenizer: &Tokenizer, text: &str) -> Option<u32> {
+    tokenizer
+        .token_to_id(text)
+        .filter(|&id| is_marked(tokenizer, id))
 }
 
 struct ModelTokEnv {

@@ -52,8 +52,9 @@ pub(crate) async fn chat(
         .forced()
         .map(|name| format.forced_opening(name))
         .unwrap_or_default();
-    // A forced call is generated under its grammar (the answer is the call, not text).
-    let grammar = tools.call_grammar(format).or(output_format);
+    // A forced call is generated under its grammar (the answer is the call, not text), and so
+    // are the calls of strict functions.
+    let grammar = tools.grammar(state.tool_parser, output_format)?;
     params.constraint = response_format::compile(&state, grammar).await?;
     let tool_spec = state.tool_parser.filter(|_| tools.offered()).map(|f| {
         let most = if tools.parallel { usize::MAX } else { 1 };

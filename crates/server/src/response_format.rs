@@ -1,13 +1,13 @@
 //! What a request's output must be: OpenAI's `response_format` (`text`, `json_object`,
-//! `json_schema`) and SGLang's `regex` and `ebnf`, read into a grammar spec and compiled against
-//! the model's vocabulary (a bad schema or grammar is a 400 naming the problem, before anything
-//! is queued).
+//! `json_schema`; SGLang's `structural_tag`) and SGLang's `regex` and `ebnf`, read into a grammar
+//! spec and compiled against the model's vocabulary (a bad schema or grammar is a 400 naming the
+//! problem, before anything is queued).
 
 use crate::Shared;
 use crate::body::Body;
 use crate::error::ApiError;
 use crate::request::blocking;
-use grammar::{GrammarError, GrammarSpec};
+use grammar::{GrammarError, GrammarSpec, StructuralTag, TaggedStructure};
 use model::sampler::TokenConstraint;
 use serde_json::Value;
 
@@ -77,13 +77,62 @@ fn response_format(body: &Body) -> Result<Option<GrammarSpec>, ApiError> {
                 )),
             }
         }
+        "structural_tag" => structural_tag(format).map(|t| Some(GrammarSpec::StructuralTag(t))),
         other => Err(ApiError::invalid(
             P,
             format!(
-                "`response_format.type` {other:?} is not supported: use \"text\", \"json_object\" or \"json_schema\""
+                "`response_format.type` {other:?} is not supported: use \"text\", \"json_object\", \"json_schema\" or \"structural_tag\""
             ),
         )),
     }
+}
+
+/// SGLang's `structural_tag`: `{"structures": [{"begin", "schema", "end"}], "triggers": [...]}`,
+/// each structure's `begin` starting with one of the triggers.
+fn structural_tag(format: &Value) -> Result<StructuralTag, ApiError> {
+    let bad = |what: String| ApiError::invalid("response_format", what);
+    let strings = |key: &str| -> Option<Vec<String>> {
+        let list = format.get(key)?.as_array()?;
+        list.iter()
+            .map(|t| t.as_str().filter(|t| !t.is_empty()).map(str::to_string))
+            .collect()
+    };
+    let triggers = strings("triggers")
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| bad("`structural_tag` needs `triggers`, a list of non-empty strings (only the structures/triggers form is supported)".into()))?;
+    let list = format
+        .get("structures")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| bad("`structural_tag` needs `structures`, a non-empty list".into()))?;
+    let mut structures = Vec::with_capacity(list.len());
+    for (i, s) in list.iter().enumerate() {
+        let text = |key: &str| s.get(key).and_then(Value::as_str).map(str::to_string);
+        let (Some(begin), Some(end)) = (text("begin"), text("end")) else {
+            return Err(bad(format!(
+                "`structures[{i}]` needs `begin` and `end` strings"
+            )));
+        };
+        if !triggers.iter().any(|t| begin.starts_with(t.as_str())) {
+            return Err(bad(format!(
+                "`structures[{i}].begin` {begin:?} starts with none of the `triggers`"
+            )));
+        }
+        let schema = match s.get("schema") {
+            None | Some(Value::Bool(true)) => Value::Object(Default::default()),
+            Some(schema @ Value::Object(_)) => schema.clone(),
+            Some(_) => {
+                return Err(bad(format!(
+                    "`structures[{i}].schema` must be a JSON Schema object"
+                )));
+            }
+        };
+        structures.push(TaggedStructure { begin, schema, end });
+    }
+    Ok(StructuralTag {
+        triggers,
+        structures,
+    })
 }
 
 /// The compiled grammar for `spec` (off the async threads: a large schema takes a while), in
@@ -110,4 +159,58 @@ pub(crate) async fn compile(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn format(value: Value) -> Result<Option<GrammarSpec>, ApiError> {
+        let body = json!({"response_format": value}).to_string();
+        parse(&Body::parse(body.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn a_structural_tag_is_read_and_its_mistakes_named() {
+        let structure =
+            json!({"begin": "<function=f>", "schema": {"type": "object"}, "end": "</function>"});
+        let spec = format(json!({"type": "structural_tag", "structures": [structure],
+            "triggers": ["<function="]}))
+        .unwrap();
+        let Some(GrammarSpec::StructuralTag(tag)) = spec else {
+            panic!("{spec:?}");
+        };
+        assert_eq!(
+            (tag.triggers, tag.structures[0].end.as_str()),
+            (vec!["<function=".to_string()], "</function>")
+        );
+        for (value, says) in [
+            (
+                json!({"type": "structural_tag", "structures": [structure]}),
+                "triggers",
+            ),
+            (
+                json!({"type": "structural_tag", "triggers": ["<f"], "structures": []}),
+                "structures",
+            ),
+            (
+                json!({"type": "structural_tag", "triggers": ["<tool>"], "structures": [structure]}),
+                "none of the `triggers`",
+            ),
+            (
+                json!({"type": "structural_tag", "triggers": ["<f"], "structures": [{"begin": "<f"}]}),
+                "`begin` and `end`",
+            ),
+            (
+                json!({"type": "structural_tag", "triggers": ["<f"],
+                    "structures": [{"begin": "<f", "end": "", "schema": 3}]}),
+                "schema",
+            ),
+        ] {
+            let e = format(value.clone()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("response_format"), "{value}");
+            assert!(e.message.contains(says), "{value}: {}", e.message);
+        }
+    }
 }

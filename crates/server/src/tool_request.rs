@@ -8,12 +8,14 @@
 //! cannot show become user messages in `<tool_response>` tags. `tool_choice` `required` or a
 //! named function is kept by ending the prompt with the opening of a call, and the rest of the
 //! call is generated under a grammar: an offered function's name and arguments valid under its
-//! parameter schema, then the call's closing markup.
+//! parameter schema, then the call's closing markup. Under `auto`, a function with `"strict":
+//! true` puts the whole answer under a grammar too: text that the parser will not read as a
+//! call, or calls (after text, each opened by the format's marker) valid for their function.
 
 use crate::body::Body;
 use crate::error::ApiError;
 use crate::parsers::ToolFormat;
-use grammar::{CallShape, GrammarSpec};
+use grammar::{BareCalls, CallShape, GrammarSpec, OptionalCalls};
 use model::chat_template::TemplateCaps;
 use serde_json::{Value, json};
 
@@ -125,31 +127,80 @@ impl ToolRequest {
             .collect()
     }
 
-    /// With `required` or a named function, in a format whose arguments are JSON: the grammar
-    /// of what follows the forced opening (`format.forced_opening`) up to the end of the call.
-    pub fn call_grammar(&self, format: ToolFormat) -> Option<GrammarSpec> {
-        let forced = self.forced()?;
-        let after = format.call_closing()?;
-        let opening = format.forced_opening(forced);
-        let calls = self
-            .tools
+    /// The answer's grammar, for a server that parses calls in `parser`'s format (one whose
+    /// arguments are JSON): with `required` or a named function, what follows the forced
+    /// opening (`format.forced_opening`) up to the end of the call; under `auto` with a strict
+    /// function, text (or the `answer` JSON) or calls each valid for its function; otherwise
+    /// `answer`.
+    pub fn grammar(
+        &self,
+        parser: Option<ToolFormat>,
+        answer: Option<GrammarSpec>,
+    ) -> Result<Option<GrammarSpec>, ApiError> {
+        let Some((format, after)) = parser.and_then(|f| Some((f, f.call_closing()?))) else {
+            return Ok(answer);
+        };
+        if let Some(forced) = self.forced() {
+            let opening = format.forced_opening(forced);
+            let calls = self.shapes(format, &opening, forced, &after);
+            return Ok(Some(GrammarSpec::ToolCall(calls)));
+        }
+        let strict = |t: &Value| t.pointer("/function/strict") == Some(&Value::Bool(true));
+        if self.choice != ToolChoice::Auto || !self.tools.iter().any(strict) {
+            return Ok(answer);
+        }
+        let answer = match answer {
+            None => None,
+            Some(GrammarSpec::JsonSchema(schema)) => Some(schema),
+            Some(GrammarSpec::JsonObject) => Some(json!({"type": "object"})),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "tools",
+                    "strict tools under `tool_choice` auto go with a JSON `response_format`, not with `regex`, `ebnf` or `structural_tag`",
+                ));
+            }
+        };
+        let trigger = format.call_trigger();
+        Ok(Some(GrammarSpec::OptionalToolCalls(OptionalCalls {
+            trigger: trigger.map(str::to_string),
+            calls: trigger
+                .map(|t| self.shapes(format, t, None, &after))
+                .unwrap_or_default(),
+            bare: format.bare_call().map(|(key, separator)| BareCalls {
+                key: key.into(),
+                separator: separator.map(str::to_string),
+                functions: self
+                    .tools
+                    .iter()
+                    .filter_map(|t| Some((tool_name(t)?.to_string(), parameters(t))))
+                    .collect(),
+            }),
+            parallel: self.parallel,
+            answer,
+        })))
+    }
+
+    /// Each function's call (only `forced`'s when it names one) after `opening`, then `after`.
+    fn shapes(
+        &self,
+        format: ToolFormat,
+        opening: &str,
+        forced: Option<&str>,
+        after: &str,
+    ) -> Vec<CallShape> {
+        self.tools
             .iter()
             .filter_map(|t| Some((tool_name(t)?, t)))
             .filter(|(name, _)| forced.is_none_or(|f| f == *name))
             .map(|(name, tool)| {
                 let full = format.forced_opening(Some(name));
                 CallShape {
-                    before: full.strip_prefix(&opening).unwrap_or(&full).to_string(),
-                    parameters: tool
-                        .pointer("/function/parameters")
-                        .filter(|p| p.is_object())
-                        .cloned()
-                        .unwrap_or_else(|| json!({"type": "object"})),
-                    after: after.clone(),
+                    before: full.strip_prefix(opening).unwrap_or(&full).to_string(),
+                    parameters: parameters(tool),
+                    after: after.to_string(),
                 }
             })
-            .collect();
-        Some(GrammarSpec::ToolCall(calls))
+            .collect()
     }
 
     /// Whether the model is offered tools (and its output parsed for calls).
@@ -258,6 +309,14 @@ fn tool_name(tool: &Value) -> Option<&str> {
     tool.pointer("/function/name").and_then(Value::as_str)
 }
 
+/// A function's parameter schema (any object when it has none).
+fn parameters(tool: &Value) -> Value {
+    tool.pointer("/function/parameters")
+        .filter(|p| p.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}))
+}
+
 fn check_tool(i: usize, tool: &Value) -> Result<(), ApiError> {
     let bad = |what: &str| ApiError::invalid("tools", format!("`tools[{i}]`: {what}"));
     if tool.get("type").and_then(Value::as_str) != Some("function") {
@@ -279,6 +338,10 @@ fn check_tool(i: usize, tool: &Value) -> Result<(), ApiError> {
     match f.get("parameters") {
         None | Some(Value::Null | Value::Object(_)) => {}
         Some(_) => return Err(bad("`function.parameters` must be a JSON schema object")),
+    }
+    match f.get("strict") {
+        None | Some(Value::Null | Value::Bool(_)) => {}
+        Some(_) => return Err(bad("`function.strict` must be true or false")),
     }
     match f.get("description") {
         None | Some(Value::Null | Value::String(_)) => Ok(()),
@@ -397,6 +460,50 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn strict_functions_under_auto_put_the_answer_under_a_grammar_of_text_or_calls() {
+        let strict = json!({"type": "function", "function": {"name": "get_time", "strict": true}});
+        let answer = || Some(GrammarSpec::JsonObject);
+        // Without a strict function, or without a parser, the answer keeps its own format.
+        let plain = request(json!({"tools": [weather()]})).unwrap();
+        assert_eq!(
+            plain.grammar(Some(ToolFormat::Hermes), answer()),
+            Ok(answer())
+        );
+        let r = request(json!({"tools": [weather(), strict]})).unwrap();
+        assert_eq!(r.grammar(None, None), Ok(None));
+        assert_eq!(r.grammar(Some(ToolFormat::Pythonic), None), Ok(None));
+        let Ok(Some(GrammarSpec::OptionalToolCalls(g))) =
+            r.grammar(Some(ToolFormat::Hermes), answer())
+        else {
+            panic!("no grammar of optional calls");
+        };
+        assert_eq!(g.trigger.as_deref(), Some("<tool_call>"));
+        assert_eq!(g.answer, Some(json!({"type": "object"})));
+        let names: Vec<&str> = g.calls.iter().map(|c| c.before.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "\n{\"name\": \"get_weather\", \"arguments\": ",
+                "\n{\"name\": \"get_time\", \"arguments\": "
+            ]
+        );
+        assert_eq!(g.calls[1].parameters, json!({"type": "object"}));
+        assert_eq!(g.bare.map(|b| b.functions.len()), Some(2));
+        let e = r
+            .grammar(
+                Some(ToolFormat::Hermes),
+                Some(GrammarSpec::Regex("a".into())),
+            )
+            .unwrap_err();
+        assert_eq!(
+            (e.status.as_u16(), e.param.as_deref()),
+            (400, Some("tools"))
+        );
+        let bad = json!({"type": "function", "function": {"name": "f", "strict": "yes"}});
+        assert!(request(json!({"tools": [bad]})).is_err());
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Structured outputs end to end: the real binary and model on loopback, asked for JSON under a
 //! table of schemas (streamed and not, greedy and sampled, chat and completions), for any JSON
-//! object, a regex and a GBNF grammar. Every answer that ends by itself validates; an answer cut
-//! by `max_tokens` says `length`; bad schemas and grammars are 400s before anything runs; and
+//! object, a regex, a GBNF grammar and a structural tag. Every answer that ends by itself
+//! validates; an answer cut by `max_tokens` says `length`; bad schemas, grammars and structural
+//! tags are 400s before anything runs; and
 //! with speculation (EAGLE-3 and n-gram) and grammar-forced drafts the greedy text under a
 //! grammar is plain decoding's, eight requests at once, and sampled text has its distribution;
-//! forced tool calls name an offered function with valid arguments.
+//! forced tool calls name an offered function with valid arguments, and under `tool_choice` auto
+//! a strict function's calls are valid while text stays text.
 
 mod common;
 
@@ -59,6 +61,7 @@ async fn answer(url: &str, body: Value) -> (String, String) {
         assert_eq!(status, 200, "{v}");
         let choice = &v["choices"][0];
         let content = choice["message"]["content"].as_str().unwrap_or_default();
+        eprintln!("DEBUG {v}");
         return (
             content.to_string(),
             choice["finish_reason"].as_str().unwrap().into(),
@@ -146,6 +149,26 @@ async fn json_object_regex_ebnf_and_completions_follow_their_format() {
     let re = regex::Regex::new("^(cat|dog) [1-9][0-9]?$").unwrap();
     assert!(re.is_match(&content), "{content:?}");
 
+    // SGLang's structural tag: free text, and JSON under its schema inside each tag.
+    let city = json!({"type": "object", "properties": {"city": {"enum": ["Rome", "Oslo"]}},
+        "required": ["city"], "additionalProperties": false});
+    let tag = json!({"type": "structural_tag", "triggers": ["<lookup>"], "structures": [
+        {"begin": "<lookup>", "schema": city, "end": "</lookup>"}]});
+    let prompt = "Example: <lookup>{\"city\": \"Rome\"}</lookup>\nExample: <lookup>{\"city\": \"Oslo\"}</lookup>\nExample:";
+    let body =
+        json!({"prompt": prompt, "max_tokens": 40, "temperature": 0, "response_format": tag});
+    let (status, v) = post(&server.url("/v1/completions"), body).await;
+    assert_eq!(status, 200, "{v}");
+    let text = v["choices"][0]["text"].as_str().unwrap();
+    let tagged: Vec<&str> = text.split("<lookup>").skip(1).collect();
+    assert!(!tagged.is_empty(), "{text:?}");
+    for part in tagged {
+        // The last may be cut by max_tokens.
+        if let Some((json, _)) = part.split_once("</lookup>") {
+            assert_valid(&city, json);
+        }
+    }
+
     let body = json!({"prompt": "The capital of France, as JSON:", "max_tokens": 100,
         "temperature": 0, "response_format": format(&schemas()[1])});
     let (status, v) = post(&server.url("/v1/completions"), body).await;
@@ -179,6 +202,11 @@ async fn bad_formats_are_400s_and_cut_answers_say_length() {
         (json!({"regex": "(a"}), "cannot be used"),
         (json!({"ebnf": "root ::= \"open"}), "GBNF"),
         (json!({"regex": "a", "ebnf": "root ::= \"a\""}), "one of"),
+        (
+            json!({"response_format": {"type": "structural_tag", "triggers": ["<a>"],
+                "structures": [{"begin": "<b>", "schema": {}, "end": "</b>"}]}}),
+            "none of the `triggers`",
+        ),
     ];
     for (extra, expect) in cases {
         let (status, v) = post(&url, chat_body("Hi", extra.clone())).await;
@@ -268,7 +296,7 @@ async fn sampled_output_under_a_grammar_keeps_its_distribution_with_drafts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forced_tool_calls_have_arguments_valid_for_their_function() {
+async fn forced_and_strict_tool_calls_have_arguments_valid_for_their_function() {
     let server = Server::start(&["--tool-call-parser", "hermes"]);
     let weather = json!({"type": "object", "properties": {
         "city": {"type": "string", "maxLength": 30},
@@ -311,4 +339,45 @@ async fn forced_tool_calls_have_arguments_valid_for_their_function() {
             );
         }
     }
+    // `auto` with a strict function: text stays text; calls are valid, one at most here. A
+    // first call in the history shows the small model how (unconstrained, it also writes
+    // calls that do not parse).
+    let strict = json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Current weather in a city", "parameters": weather, "strict": true}}]);
+    let history = json!([
+        {"role": "user", "content": "What is the weather in Rome?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\", \"unit\": \"celsius\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "20 C, sunny"},
+        {"role": "assistant", "content": "It is 20 C and sunny in Rome."}]);
+    let mut calls = 0;
+    let asks = (0..9).map(|seed| ("What is the weather in Paris?", seed));
+    for (prompt, seed) in asks.chain([("Say hello to me.", 0)]) {
+        let mut messages = history.as_array().unwrap().clone();
+        messages.push(json!({"role": "user", "content": prompt}));
+        let temperature = if seed == 0 { 0 } else { 1 };
+        let body = json!({"messages": messages, "tools": strict, "parallel_tool_calls": false,
+            "max_tokens": 80, "temperature": temperature, "seed": seed});
+        let (status, v) = post(&server.url("/v1/chat/completions"), body).await;
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        let content = choice["message"]["content"].as_str().unwrap_or_default();
+        assert!(!content.contains("<tool_call>"), "{v}");
+        let Some(list) = choice["message"]["tool_calls"].as_array() else {
+            continue;
+        };
+        assert_eq!(
+            (list.len(), &choice["finish_reason"]),
+            (1, &json!("tool_calls")),
+            "{v}"
+        );
+        let args: Value =
+            serde_json::from_str(list[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert!(
+            jsonschema::validator_for(&weather).unwrap().is_valid(&args),
+            "{v}"
+        );
+        calls += 1;
+    }
+    assert!((1..10).contains(&calls), "{calls} calls of 10 answers");
 }

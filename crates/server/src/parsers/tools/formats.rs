@@ -362,6 +362,28 @@ impl ToolFormat {
         }
     }
 
+    /// The marker that opens calls after an answer's text (`None`: the format reads calls only
+    /// at the answer's start).
+    pub fn call_trigger(self) -> Option<&'static str> {
+        match self {
+            Self::Hermes => Some("<tool_call>"),
+            Self::Mistral => Some("[TOOL_CALLS]"),
+            Self::DeepseekV3 => Some(DS_CALLS_BEGIN),
+            Self::KimiK2 => Some(KIMI_SECTION_BEGIN),
+            Self::Llama3 | Self::Pythonic => None,
+        }
+    }
+
+    /// Formats that read a JSON object at the answer's start as a call: the key of its
+    /// arguments, and what joins several (`None`: the object is the whole answer).
+    pub fn bare_call(self) -> Option<(&'static str, Option<&'static str>)> {
+        match self {
+            Self::Hermes => Some(("arguments", None)),
+            Self::Llama3 => Some(("parameters", Some(";"))),
+            Self::Mistral | Self::DeepseekV3 | Self::KimiK2 | Self::Pythonic => None,
+        }
+    }
+
     /// The opening of a call the model is made to continue (`tool_choice` `required`, or a
     /// named function: then up to where its arguments begin). `name` is a valid tool name.
     pub fn forced_opening(self, name: Option<&str>) -> String {

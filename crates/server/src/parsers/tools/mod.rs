@@ -632,6 +632,15 @@ mod tests {
             let parsed = run(format, &[&forced, &rest]);
             assert_eq!(parsed.1.len(), 1, "{format:?}: {forced}{rest}");
             assert_eq!(parsed.1[0].0, "get_weather");
+            // What the grammar of optional calls allows: text, then calls each opened by the
+            // format's marker.
+            if let Some(trigger) = format.call_trigger() {
+                assert!(forced.starts_with(trigger), "{format:?}");
+                let call = format!("{forced}{rest}");
+                let parsed = run(format, &["Let me look. ", &call, "\n", &call]);
+                assert_eq!(parsed.0.trim(), "Let me look.", "{format:?}");
+                assert_eq!(parsed.1.len(), 2, "{format:?}: {call}");
+            }
         }
     }
 
