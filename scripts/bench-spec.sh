@@ -103,8 +103,10 @@ if [ "$SERVER" = specula ]; then
     for side in baseline "$NAME"; do
         port=$PORT
         [ "$side" = baseline ] || port=$((PORT + 1))
+        # The baseline's speculation too, when it has some (BASE=...).
         curl -s "http://127.0.0.1:$port/metrics" |
-            grep -E '^specula:(cache_hit_rate|cached_tokens_total)' | sed "s/^/$side: /" || true
+            grep -E '^specula:(cache_hit_rate|cached_tokens_total|spec_(accepted_tokens|verifications)_total)' |
+            sed "s/^/$side: /" || true
     done
 else
     grep -E "draft acceptance|accepted" "$OUT_DIR/$NAME.server.log" | tail -n 3 || true
