@@ -51,13 +51,13 @@ impl Grammars {
     /// A fresh grammar for `spec`: compiled (within llguidance's limits) the first time, cloned
     /// from the cache after. An invalid or unsupported spec is an error naming the problem.
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {
-        let (key, grammar) = spec.build(&|text| control_token(&self.tokenizer, text));
+        let (key, source) = spec.source(&|text| control_token(&self.tokenizer, text));
         if let Some(m) = self.lock().compiled.get(&key) {
             return Ok(Grammar::new(m.clone(), &self.eos));
         }
         let parser = self
             .factory
-            .create_parser(grammar)
+            .create_parser(source.into_grammar())
             .map_err(|e| GrammarError::Invalid(first_line(&e.to_string())))?;
         let mut matcher = Matcher::new(Ok(parser));
         // The first mask builds the lexer's start: a grammar that cannot produce one fails here,

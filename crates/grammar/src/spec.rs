@@ -31,28 +31,18 @@ pub enum GrammarSpec {
 }
 
 impl GrammarSpec {
-    /// llguidance's grammar, and the key compiled grammars are cached under. `control` gives
-    /// the id of a control token spelled by a text (a tool-call marker may be one). JSON may put
-    /// whitespace between its tokens as models like to (a newline and indentation), but at most
-    /// [`JSON_MAX_WHITESPACE`] characters per gap: a small model left free there can fill its
-    /// whole budget with blank lines.
-    pub(crate) fn build(&self, control: &dyn Fn(&str) -> Option<u32>) -> (String, TopLevelGrammar) {
-        let lark = |kind: &str, lark: String| {
-            (
-                format!("{kind}\u{0}{lark}"),
-                TopLevelGrammar::from_lark(lark),
-            )
-        };
+    /// The key compiled grammars are cached under, and what llguidance's grammar is made from
+    /// (only on a miss). `control` gives the id of a control token spelled by a text (a
+    /// tool-call marker may be one).
+    pub(crate) fn source(&self, control: &dyn Fn(&str) -> Option<u32>) -> (String, Source<'_>) {
+        let lark = |kind: &str, lark: String| (format!("{kind}\u{0}{lark}"), Source::Lark(lark));
         match self {
             GrammarSpec::JsonSchema(schema) => (
                 format!("json_schema\u{0}{schema}"),
-                json_grammar(schema.clone()),
+                Source::Json(Some(schema)),
             ),
-            GrammarSpec::JsonObject => (
-                "json_object".into(),
-                json_grammar(json!({"type": "object"})),
-            ),
-            GrammarSpec::Regex(rx) => (format!("regex\u{0}{rx}"), TopLevelGrammar::from_regex(rx)),
+            GrammarSpec::JsonObject => ("json_object".into(), Source::Json(None)),
+            GrammarSpec::Regex(rx) => (format!("regex\u{0}{rx}"), Source::Regex(rx)),
             GrammarSpec::Lark(g) => lark("lark", g.clone()),
             GrammarSpec::ToolCall(calls) => lark("tool_call", forced_call_lark(calls)),
             GrammarSpec::OptionalToolCalls(spec) => {
@@ -60,6 +50,28 @@ impl GrammarSpec {
                 lark("optional_tool_calls", optional_calls_lark(spec, marker))
             }
             GrammarSpec::StructuralTag(tag) => lark("structural_tag", structural_tag_lark(tag)),
+        }
+    }
+}
+
+/// What a grammar is made from: a JSON schema (`None`: any object), a regex or Lark.
+pub(crate) enum Source<'a> {
+    Json(Option<&'a Value>),
+    Regex(&'a str),
+    Lark(String),
+}
+
+impl Source<'_> {
+    /// llguidance's grammar. JSON may put whitespace between its tokens as models like to (a
+    /// newline and indentation), but at most [`JSON_MAX_WHITESPACE`] characters per gap: a
+    /// small model left free there can fill its whole budget with blank lines.
+    pub(crate) fn into_grammar(self) -> TopLevelGrammar {
+        match self {
+            Source::Json(schema) => {
+                json_grammar(schema.cloned().unwrap_or_else(|| json!({"type": "object"})))
+            }
+            Source::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            Source::Lark(lark) => TopLevelGrammar::from_lark(lark),
         }
     }
 }

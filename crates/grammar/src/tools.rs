@@ -55,6 +55,19 @@ fn piece(s: &str) -> String {
     }
 }
 
+/// The `TEXT` lexeme: any text without the `triggers` in it, and not starting with a JSON
+/// object if `no_object` (with `ANY`, which it is made of).
+fn text_lexeme<'a>(triggers: impl Iterator<Item = &'a String>, no_object: bool) -> String {
+    let mut text = String::from("ANY");
+    for t in triggers {
+        text.push_str(&format!(" & ~(ANY {} ANY)", literal(t)));
+    }
+    if no_object {
+        text.push_str(" & ~(/[ \\t\\n]*/ \"{\" ANY)");
+    }
+    format!("ANY: /(.|\\n)*/\nTEXT: {text}\n")
+}
+
 /// One rule per call shape (`{prefix}_{i}`) and their alternatives as `{prefix}`.
 fn call_rules(prefix: &str, calls: &[CallShape]) -> String {
     let names: Vec<String> = (0..calls.len()).map(|i| format!("{prefix}_{i}")).collect();
@@ -77,14 +90,7 @@ pub(crate) fn forced_call_lark(calls: &[CallShape]) -> String {
 /// this control token (named by id; its text, spelled in ordinary tokens, stays out of text).
 pub(crate) fn optional_calls_lark(spec: &OptionalCalls, marker: Option<u32>) -> String {
     // Text the parser would not read as a call: no trigger inside, no object at the start.
-    let mut plain = String::from("ANY");
-    if let Some(trigger) = &spec.trigger {
-        plain.push_str(&format!(" & ~(ANY {} ANY)", literal(trigger)));
-    }
-    if spec.bare.is_some() {
-        plain.push_str(" & ~(/[ \\t\\n]*/ \"{\" ANY)");
-    }
-    let mut lark = format!("ANY: /(.|\\n)*/\nTEXT: {plain}\n");
+    let mut lark = text_lexeme(spec.trigger.iter(), spec.bare.is_some());
     let mut starts = Vec::new();
     match &spec.answer {
         None => starts.push("TEXT".to_string()),
@@ -163,11 +169,7 @@ pub struct TaggedStructure {
 
 /// Text without triggers, and segments of such text ended by a trigger and its structure.
 pub(crate) fn structural_tag_lark(tag: &StructuralTag) -> String {
-    let mut lark = String::from("ANY: /(.|\\n)*/\nTEXT: ANY");
-    for t in &tag.triggers {
-        lark.push_str(&format!(" & ~(ANY {} ANY)", literal(t)));
-    }
-    lark.push('\n');
+    let mut lark = text_lexeme(tag.triggers.iter(), false);
     let mut segments = Vec::new();
     for (k, trigger) in tag.triggers.iter().enumerate() {
         let shapes: Vec<CallShape> = tag
