@@ -99,7 +99,7 @@ for level in "${levels[@]}"; do
 done
 if [ "$SERVER" = specula ]; then
     curl -s "http://127.0.0.1:$((PORT + 1))/metrics" |
-        grep -E '^specula:(spec_(draft|accepted|acceptance|steps)|grammar_|generation_tokens)' || true
+        grep -E '^specula:(spec_(draft|accepted|acceptance|steps|catch_up)|grammar_|generation_tokens)' || true
     for side in baseline "$NAME"; do
         port=$PORT
         [ "$side" = baseline ] || port=$((PORT + 1))

@@ -37,6 +37,10 @@ pub struct EngineStats {
     draft_cost: AtomicU64,
     /// What catching up on one row costs the drafter, f64 seconds' bits.
     catch_up_cost: AtomicU64,
+    /// What the drafter has spent: rows caught up on, and nanoseconds catching up and drafting.
+    catch_up_rows: AtomicU64,
+    catch_up_ns: AtomicU64,
+    draft_ns: AtomicU64,
     /// Decode-only steps without drafts ([0]) and with ([1]): nanoseconds in plan, forward and
     /// update, and their count.
     phase_ns: [[AtomicU64; 3]; 2],
@@ -102,6 +106,11 @@ pub struct StatsSnapshot {
     /// Seconds the drafter takes per row it catches up on before drafting (an EAGLE-3 head's
     /// rows for what was decoded while the sequence did not draft; a moving average).
     pub catch_up_cost: f64,
+    /// What the drafter has spent since start-up: rows caught up on, and seconds catching up
+    /// and proposing drafts (the head's share of speculative steps).
+    pub spec_catch_up_rows: u64,
+    pub spec_catch_up_seconds: f64,
+    pub spec_draft_seconds: f64,
     /// Where a decode-only step's time goes, without drafts ([0]) and with ([1]): mean
     /// milliseconds in plan (drafting included), forward and update (verification included),
     /// and the steps averaged.
@@ -164,6 +173,9 @@ impl EngineStats {
             step_cost_b: f64::from_bits(self.cost_b.load(Relaxed)),
             draft_cost: f64::from_bits(self.draft_cost.load(Relaxed)),
             catch_up_cost: f64::from_bits(self.catch_up_cost.load(Relaxed)),
+            spec_catch_up_rows: self.catch_up_rows.load(Relaxed),
+            spec_catch_up_seconds: self.catch_up_ns.load(Relaxed) as f64 / 1e9,
+            spec_draft_seconds: self.draft_ns.load(Relaxed) as f64 / 1e9,
             step_phases_ms: std::array::from_fn(|k| {
                 let n = self.phase_steps[k].load(Relaxed).max(1) as f64;
                 std::array::from_fn(|p| self.phase_ns[k][p].load(Relaxed) as f64 / n / 1e6)
@@ -282,6 +294,15 @@ impl EngineStats {
         self.draft_cost.store(per_token.to_bits(), Relaxed);
         self.catch_up_cost
             .store(per_catch_up_row.to_bits(), Relaxed);
+    }
+
+    /// The drafter's totals since start-up.
+    pub(crate) fn set_drafter_spent(&self, spent: speculative::DrafterSpent) {
+        self.catch_up_rows.store(spent.catch_up_rows, Relaxed);
+        self.catch_up_ns
+            .store((spent.catch_up_seconds * 1e9) as u64, Relaxed);
+        self.draft_ns
+            .store((spent.draft_seconds * 1e9) as u64, Relaxed);
     }
 
     pub(crate) fn add_spec_step(&self, on: bool) {

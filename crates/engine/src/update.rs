@@ -53,6 +53,7 @@ impl Engine {
             spec.observe_step(plan, seconds);
             self.stats
                 .set_draft_cost(spec.draft_seconds(), spec.catch_up_seconds());
+            self.stats.set_drafter_spent(spec.spent());
             if spec.is_adaptive() {
                 let (a, b) = spec.step_cost();
                 self.stats.set_step_cost(a, b);

@@ -28,7 +28,7 @@ pub use drafter::{Drafter, Guess, NgramDrafter};
 pub use ngram::{NgramProposer, WindowError};
 pub use policy::{Budget, Policy, PolicyConfig};
 pub use scheduler::DraftTree;
-pub use speculator::{Speculator, SpeculatorConfig};
+pub use speculator::{DrafterSpent, Speculator, SpeculatorConfig};
 pub use verify::Verdict;
 
 /// The speculative algorithm (SGLang's `--speculative-algorithm` values).

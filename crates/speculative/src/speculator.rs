@@ -54,6 +54,17 @@ struct Candidate {
     later: bool,
 }
 
+/// What a drafter has spent since start-up (where a speculative step's time goes).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DrafterSpent {
+    /// Rows caught up on before drafting (an EAGLE-3 head's rows for positions decoded while
+    /// the sequence did not draft), and the seconds they took.
+    pub catch_up_rows: u64,
+    pub catch_up_seconds: f64,
+    /// Seconds spent proposing drafts (after catching up).
+    pub draft_seconds: f64,
+}
+
 /// Speculation's state: the policy, the drafter, acceptance statistics and the cost model.
 pub struct Speculator {
     budget: Budget,
@@ -68,6 +79,8 @@ pub struct Speculator {
     /// Seconds the drafter spends per row it catches up on (a running average; see
     /// [`Drafter::catch_up`]).
     catch_up_seconds: f64,
+    /// What the drafter has spent since start-up.
+    spent: DrafterSpent,
     by_match: MatchAcceptance,
     seqs: HashMap<SeqId, SeqState>,
     /// This step's decoding sequences, the candidates granted slots may come from, and the
@@ -95,6 +108,7 @@ impl Speculator {
             logit_work: 1.0 + config.kappa,
             draft_seconds: 0.0,
             catch_up_seconds: 0.0,
+            spent: DrafterSpent::default(),
             by_match: MatchAcceptance::new(config.max_match),
             seqs: HashMap::new(),
             decoding: Vec::new(),
@@ -175,6 +189,11 @@ impl Speculator {
     /// Seconds the drafter takes per row it catches up on (a moving average; 0 before any).
     pub fn catch_up_seconds(&self) -> f64 {
         self.catch_up_seconds
+    }
+
+    /// What the drafter has spent since start-up, catching up and drafting.
+    pub fn spent(&self) -> DrafterSpent {
+        self.spent
     }
 
     /// `(a, b)` of the step cost `a + b·work`.
@@ -334,19 +353,23 @@ impl Speculator {
             .collect();
         let started = Instant::now();
         let caught_up = self.drafter.catch_up(&requests);
+        let took = started.elapsed().as_secs_f64();
+        self.spent.catch_up_seconds += took;
         if let Ok(rows) = caught_up
             && rows > 0
         {
-            let per_row = started.elapsed().as_secs_f64() / rows as f64;
-            moving_average(&mut self.catch_up_seconds, per_row);
+            self.spent.catch_up_rows += rows as u64;
+            moving_average(&mut self.catch_up_seconds, took / rows as f64);
         }
         let started = Instant::now();
-        match caught_up.and_then(|_| self.drafter.draft(&requests)) {
+        let drafted = caught_up.and_then(|_| self.drafter.draft(&requests));
+        let took = started.elapsed().as_secs_f64();
+        self.spent.draft_seconds += took;
+        match drafted {
             Ok(trees) => {
                 let n: usize = trees.iter().map(DraftTree::len).sum();
                 if n > 0 {
-                    let per_token = started.elapsed().as_secs_f64() / n as f64;
-                    moving_average(&mut self.draft_seconds, per_token);
+                    moving_average(&mut self.draft_seconds, took / n as f64);
                 }
                 for (&i, tree) in who.iter().zip(trees) {
                     picked[i].drafts = tree;

@@ -421,6 +421,25 @@ pub static METRICS: &[Metric] = &[
          positions decoded while the sequence did not draft).",
         |s| (s.engine.catch_up_cost * 1e3).into(),
     ),
+    Metric::counter(
+        "spec_catch_up_rows_total",
+        "Rows an EAGLE-3 head caught up on before drafting (positions decoded while their \
+         sequence did not draft).",
+        |s| s.engine.spec_catch_up_rows.into(),
+    )
+    .info(&["speculative", "catch_up_rows"]),
+    Metric::counter(
+        "spec_catch_up_seconds_total",
+        "Seconds the drafter spent catching up before drafting.",
+        |s| s.engine.spec_catch_up_seconds.into(),
+    )
+    .info(&["speculative", "catch_up_seconds"]),
+    Metric::counter(
+        "spec_draft_seconds_total",
+        "Seconds the drafter spent proposing drafts (after catching up).",
+        |s| s.engine.spec_draft_seconds.into(),
+    )
+    .info(&["speculative", "draft_seconds"]),
     Metric::gauge(
         "cache_hit_rate",
         "Share of admitted prompt tokens whose KV came from the prefix cache.",

@@ -24,16 +24,18 @@ use kernels::quant::{GgmlType, dequantize};
 use model::ModelError;
 use model::sampler::splitmix64;
 use scheduler::DraftDistribution;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-/// Captured rows a sequence keeps for the head while it does not draft (up to twice as many
-/// between bulk drops, which keeps the copying amortised); older ones are dropped and their
-/// positions stay out of the head's attention. It bounds the memory of a sequence that does not
-/// speculate for long and, above all, the head's catching up when it drafts again (the
-/// adaptive policy retries sequences it keeps off now and then; with 2,048 each retry could run
-/// the head over a whole prompt and answer).
-pub const MAX_PENDING_ROWS: usize = 256;
+/// Captured rows a sequence keeps for the head while it does not draft; older ones are dropped
+/// and their positions stay out of the head's attention. It bounds the memory of a sequence that
+/// does not speculate and, above all, the head's catching up when it drafts again: the adaptive
+/// policy retries sequences it keeps off now and then, and each retry ran the head over up to
+/// 512 rows (0.2 ms each) while the batch waited: 2 % of a C=5 run's time, where its drafts
+/// brought 0.5 % of its tokens. The head barely reads that far back: on held-out chat with a
+/// fixed chain policy, acceptance was 0.502 drafts a pass keeping 256 to 512 rows, 0.502 keeping
+/// 64 to 128 and 0.498 keeping 32 to 64 (BENCHMARKS.md, "A bounded catch-up").
+pub const MAX_PENDING_ROWS: usize = 32;
 
 /// A sampled draft is drawn from the head's this many most likely tokens (renormalised): what
 /// verification needs of the distribution stays small, and the tail it drops is mass a small
@@ -147,7 +149,7 @@ struct SeqState {
     /// half the memory, and what the head was trained on (`specula train-draft` stores the
     /// streams in f16).
     pending_start: usize,
-    pending: Vec<f16>,
+    pending: VecDeque<f16>,
     /// The rows of the last verification (root first, then the draft nodes), until
     /// [`Drafter::accepted`] tells which were kept.
     verified: Option<(usize, Vec<f32>)>,
@@ -163,6 +165,9 @@ impl SeqState {
 
     /// Appends rows for positions from `start`; rows that do not follow on replace the others.
     fn push_rows(&mut self, start: usize, rows: &[f32], width: usize) {
+        // Of a long run of rows (a prompt), only the last MAX_PENDING_ROWS can be kept.
+        let skip = (rows.len() / width).saturating_sub(MAX_PENDING_ROWS);
+        let (start, rows) = (start + skip, &rows[skip * width..]);
         let end = self.pending_end(width);
         if start > end || self.pending.is_empty() {
             self.pending.clear();
@@ -174,7 +179,7 @@ impl SeqState {
         }
         self.pending.extend(rows.iter().map(|&x| f16::from_f32(x)));
         let n = self.pending.len() / width;
-        if n > 2 * MAX_PENDING_ROWS {
+        if n > MAX_PENDING_ROWS {
             let drop = n - MAX_PENDING_ROWS;
             self.pending.drain(..drop * width);
             self.pending_start += drop;
@@ -316,8 +321,9 @@ impl Eagle3Drafter {
                 });
                 tokens.push(r.tokens[j + 1]);
                 features.extend(
-                    state.pending[(j - first) * width..(j - first + 1) * width]
-                        .iter()
+                    state
+                        .pending
+                        .range((j - first) * width..(j - first + 1) * width)
                         .map(|x| x.to_f32()),
                 );
             }

@@ -206,3 +206,30 @@ fn sampled_chains_are_drawn_from_the_distribution_they_carry() {
         assert!((got - p).abs() < 0.025, "token {t}: {got} against {p}");
     }
 }
+
+#[test]
+fn a_long_stretch_without_drafts_leaves_a_bounded_catch_up() {
+    // The drafter's store has 16 blocks of 4: room for 64 positions.
+    let tokens: Vec<u32> = (0..60).map(|i| (i * 37 % 100) as u32).collect();
+    let blocks: Vec<u32> = (0..16).collect();
+    let mut d = drafter();
+    // A prompt of 10, then 49 decode steps one stream each, none drafting.
+    d.features(1, 0, &features(&tokens, 0..10), false);
+    for p in 10..59 {
+        d.features(1, p, &features(&tokens, p..p + 1), false);
+    }
+    assert_eq!(d.backlog(1, 60), MAX_PENDING_ROWS);
+    assert_eq!(
+        d.catch_up(&[request(1, &tokens, &blocks, 1)]).unwrap(),
+        MAX_PENDING_ROWS
+    );
+    assert_eq!(d.backlog(1, 60), 0);
+    // A sequence that drafts every step owes only what its last step decoded.
+    d.features(1, 59, &features(&tokens, 59..60), false);
+    let more: Vec<u32> = tokens.iter().copied().chain([7]).collect();
+    assert_eq!(d.backlog(1, 61), 1);
+    assert_eq!(
+        d.draft(&[request(1, &more, &blocks, 1)]).unwrap()[0].len(),
+        3
+    );
+}
