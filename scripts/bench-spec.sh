@@ -20,7 +20,10 @@
 #              CANDIDATE_BODY (JSON merged into the candidate's requests only, e.g. a
 #              `response_format`: structured outputs against the same requests unconstrained),
 #              BODY (JSON merged into both sides' requests, where CANDIDATE_BODY does not
-#              replace it: e.g. the same schema on both, BASE=--disable-grammar-forced-drafts SPEC=)
+#              replace it: e.g. the same schema on both, BASE=--disable-grammar-forced-drafts SPEC=),
+#              ONE_AT_A_TIME (1: each side's server is started for its own level and stopped after
+#              it, so only one server is ever up; on some hosts an idle second server costs the
+#              one being measured several per cent at low C, see BENCHMARKS.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVER="${SERVER:-specula}"
@@ -35,6 +38,7 @@ THREADS="${THREADS:-2}"
 PORT="${PORT:-30000}"
 OUT_DIR="${OUT_DIR:-target/bench-results}"
 ROUNDS="${ROUNDS:-1}"
+ONE_AT_A_TIME="${ONE_AT_A_TIME:-0}"
 mkdir -p "$OUT_DIR/levels"
 model=$(scripts/fetch-model.sh | tail -n1)
 cargo build --release --quiet
@@ -66,10 +70,24 @@ start_server() { # PORT LOG [flags...]
     echo "specula serve on port $port did not start; see $log" >&2
     exit 1
 }
-# shellcheck disable=SC2086 # BASE and SPEC are lists of flags
-start_server "$PORT" "$OUT_DIR/baseline.server.log" ${BASE:-}
-# shellcheck disable=SC2086
-start_server $((PORT + 1)) "$OUT_DIR/$NAME.server.log" $SPEC
+start_side() { # SIDE: the side's server on its port
+    if [ "$1" = baseline ]; then
+        # shellcheck disable=SC2086 # BASE and SPEC are lists of flags
+        start_server "$PORT" "$OUT_DIR/baseline.server.log" ${BASE:-}
+    else
+        # shellcheck disable=SC2086
+        start_server $((PORT + 1)) "$OUT_DIR/$NAME.server.log" $SPEC
+    fi
+}
+stop_last_server() {
+    kill -INT "${pids[-1]}" 2>/dev/null || true
+    wait "${pids[-1]}" 2>/dev/null || true
+    unset 'pids[-1]'
+}
+if [ "$ONE_AT_A_TIME" != 1 ]; then
+    start_side baseline
+    start_side "$NAME"
+fi
 
 IFS=, read -r -a levels <<<"$LEVELS"
 # Each (level, round) takes its own slice of the dataset (--first-slice), the same on both sides:
@@ -90,14 +108,18 @@ for level in "${levels[@]}"; do
             side_flags=()
             [ -z "$body" ] || side_flags=(--extra-body "$body")
             echo "== $side, C=$level, round $round"
+            [ "$ONE_AT_A_TIME" != 1 ] || start_side "$side"
             target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
                 --first-slice "$slice" --output "$OUT_DIR/levels/$side.$level.r$round.json" \
                 "${bench_flags[@]}" "${side_flags[@]}" "$@" | grep -E "C=|Note:" || true
+            [ "$ONE_AT_A_TIME" != 1 ] || stop_last_server
         done
         slice=$((slice + 1))
     done
 done
-if [ "$SERVER" = specula ]; then
+if [ "$ONE_AT_A_TIME" = 1 ]; then
+    : # the servers are down; each level's file holds its server's counters
+elif [ "$SERVER" = specula ]; then
     curl -s "http://127.0.0.1:$((PORT + 1))/metrics" |
         grep -E '^specula:(spec_(draft|accepted|acceptance|steps|catch_up)|grammar_|generation_tokens)' || true
     for side in baseline "$NAME"; do

@@ -85,6 +85,6 @@ impl Engine {
             a * 1e3,
             b * 1e3
         );
-        self.stats.set_step_cost(a, b);
+        self.stats.set_speculator(spec);
     }
 }

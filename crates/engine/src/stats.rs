@@ -284,20 +284,19 @@ impl EngineStats {
         self.accept_hist[accepted.min(ACCEPT_BUCKETS - 1)].fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn set_step_cost(&self, a: f64, b: f64) {
-        self.cost_a.store(a.to_bits(), Relaxed);
-        self.cost_b.store(b.to_bits(), Relaxed);
-    }
-
-    /// The drafter's seconds per draft token and per row caught up on.
-    pub(crate) fn set_draft_cost(&self, per_token: f64, per_catch_up_row: f64) {
-        self.draft_cost.store(per_token.to_bits(), Relaxed);
+    /// What the speculator measured so far: the step-cost fit (adaptive only), the drafter's
+    /// seconds per draft token and per row caught up on, and its totals since start-up.
+    pub(crate) fn set_speculator(&self, spec: &speculative::Speculator) {
+        if spec.is_adaptive() {
+            let (a, b) = spec.step_cost();
+            self.cost_a.store(a.to_bits(), Relaxed);
+            self.cost_b.store(b.to_bits(), Relaxed);
+        }
+        self.draft_cost
+            .store(spec.draft_seconds().to_bits(), Relaxed);
         self.catch_up_cost
-            .store(per_catch_up_row.to_bits(), Relaxed);
-    }
-
-    /// The drafter's totals since start-up.
-    pub(crate) fn set_drafter_spent(&self, spent: speculative::DrafterSpent) {
+            .store(spec.catch_up_seconds().to_bits(), Relaxed);
+        let spent = spec.spent();
         self.catch_up_rows.store(spent.catch_up_rows, Relaxed);
         self.catch_up_ns
             .store((spent.catch_up_seconds * 1e9) as u64, Relaxed);

@@ -51,13 +51,7 @@ impl Engine {
         outcome.ran = true;
         if let Some(spec) = self.speculator.as_mut().filter(|_| lost.is_empty()) {
             spec.observe_step(plan, seconds);
-            self.stats
-                .set_draft_cost(spec.draft_seconds(), spec.catch_up_seconds());
-            self.stats.set_drafter_spent(spec.spent());
-            if spec.is_adaptive() {
-                let (a, b) = spec.step_cost();
-                self.stats.set_step_cost(a, b);
-            }
+            self.stats.set_speculator(spec);
         }
         self.stats.add_step();
         let mut premasked = self.premask(plan, &lost, &logits);
