@@ -70,13 +70,13 @@ start_server() { # PORT LOG [flags...]
     echo "specula serve on port $port did not start; see $log" >&2
     exit 1
 }
-start_side() { # SIDE: the side's server on its port
+start_side() { # SIDE LOG: the side's server on its port
     if [ "$1" = baseline ]; then
         # shellcheck disable=SC2086 # BASE and SPEC are lists of flags
-        start_server "$PORT" "$OUT_DIR/baseline.server.log" ${BASE:-}
+        start_server "$PORT" "$2" ${BASE:-}
     else
         # shellcheck disable=SC2086
-        start_server $((PORT + 1)) "$OUT_DIR/$NAME.server.log" $SPEC
+        start_server $((PORT + 1)) "$2" $SPEC
     fi
 }
 stop_last_server() {
@@ -85,8 +85,8 @@ stop_last_server() {
     unset 'pids[-1]'
 }
 if [ "$ONE_AT_A_TIME" != 1 ]; then
-    start_side baseline
-    start_side "$NAME"
+    start_side baseline "$OUT_DIR/baseline.server.log"
+    start_side "$NAME" "$OUT_DIR/$NAME.server.log"
 fi
 
 IFS=, read -r -a levels <<<"$LEVELS"
@@ -108,7 +108,7 @@ for level in "${levels[@]}"; do
             side_flags=()
             [ -z "$body" ] || side_flags=(--extra-body "$body")
             echo "== $side, C=$level, round $round"
-            [ "$ONE_AT_A_TIME" != 1 ] || start_side "$side"
+            [ "$ONE_AT_A_TIME" != 1 ] || start_side "$side" "$OUT_DIR/levels/$side.$level.r$round.server.log"
             target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
                 --first-slice "$slice" --output "$OUT_DIR/levels/$side.$level.r$round.json" \
                 "${bench_flags[@]}" "${side_flags[@]}" "$@" | grep -E "C=|Note:" || true
