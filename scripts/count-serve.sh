@@ -33,6 +33,8 @@ for _ in $(seq 1 900); do
     kill -0 "$pid" 2>/dev/null || { echo "count-serve: the server exited; see $OUT_DIR/$name.server.log" >&2; exit 1; }
     sleep 1
 done
+curl -sf "http://127.0.0.1:$PORT/health" >/dev/null ||
+    { echo "count-serve: the server did not become healthy; see $OUT_DIR/$name.server.log" >&2; exit 1; }
 callgrind_control -z "$pid" >/dev/null 2>&1
 # shellcheck disable=SC2086 # BENCH is a list of flags
 target/release/specula bench --port "$PORT" $BENCH --warmup-requests 0 --timeout 3000 \
