@@ -206,7 +206,7 @@ impl Speculator {
     /// bend it, so they are left out).
     pub fn observe_step(&mut self, plan: &StepPlan, seconds: f64) {
         if plan.is_decode_only() {
-            let work = plan_work(plan, self.kappa(), true);
+            let work = plan_work(plan, self.kappa());
             self.cost.observe(work, seconds);
         }
     }
@@ -313,12 +313,24 @@ impl Speculator {
                 }
             })
             .collect();
+        // Time is priced at what this batch earns once every sequence in it decodes: the
+        // prompt chunks' sequences count as decoding rows (weight 1: nothing of their budget is
+        // spent). A step carrying prompt chunks takes far longer without emitting more, and
+        // priced at its own rate (its prompt rows at a decode row's cost) drafts looked nearly
+        // free: a closed batch of 30 drafted through its first steps, while its prompts went in,
+        // and lost 3–4 % (BENCHMARKS.md, issue 19).
+        let prefilling = plan
+            .batch
+            .iter()
+            .filter(|b| !weights.contains_key(&b.id))
+            .count();
+        let tokens: f64 = decoding.iter().map(|s| weights[&s.id]).sum::<f64>() + prefilling as f64;
         let ks = adaptive::allocate(
             &self.cost,
-            plan_work(plan, self.kappa(), false),
+            plan.batch.len() as f64 * self.logit_work,
             self.logit_work,
             self.draft_seconds,
-            decoding.iter().map(|s| weights[&s.id]).sum(),
+            tokens,
             &demands,
         );
         for (c, k) in c.iter_mut().zip(ks) {
@@ -445,12 +457,12 @@ fn moving_average(avg: &mut f64, x: f64) {
 }
 
 /// A plan's work: rows, plus κ for each row that needs logits (every row of a sequence with
-/// drafts, when `with_drafts`; the last row of the others that want logits).
-fn plan_work(plan: &StepPlan, kappa: f64, with_drafts: bool) -> f64 {
+/// drafts; the last row of the others that want logits).
+fn plan_work(plan: &StepPlan, kappa: f64) -> f64 {
     plan.batch
         .iter()
         .map(|b| {
-            let logit_rows = if with_drafts && plan.drafts.contains_key(&b.id) {
+            let logit_rows = if plan.drafts.contains_key(&b.id) {
                 b.len
             } else {
                 usize::from(b.logits)

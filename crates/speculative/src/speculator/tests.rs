@@ -215,3 +215,49 @@ fn catching_up_is_priced_apart_from_the_drafts() {
     );
     assert!(spec.draft_seconds() < 0.005, "{}", spec.draft_seconds());
 }
+
+#[test]
+fn a_prompt_chunk_in_the_step_does_not_make_drafts_cheap() {
+    // 4 ms a step plus 2 ms a unit of work (κ 0.25): sequence 1 (prompt lookup's 3-token match,
+    // α 0.6) pays for a draft alone but not beside a second decoding sequence. With the second
+    // sequence's 150-token prompt going in this step instead, the drafts are priced as if it
+    // decoded: the step is longer, but its prompt rows emit nothing and a draft row still
+    // costs what it costs every later step.
+    let adaptive = || {
+        let config = SpeculatorConfig {
+            policy: PolicyConfig {
+                num_draft_tokens: 3,
+                disable_batch_threshold: None,
+            },
+            adaptive: true,
+            topk: 1,
+            num_steps: 1,
+            kappa: 0.25,
+            max_match: 4,
+        };
+        let drafter = Box::new(NgramDrafter(NgramProposer::new(1, 4).unwrap()));
+        let mut spec = Speculator::new(config, drafter);
+        for rows in 1..=20 {
+            spec.observe_cost(rows as f64, 0.004 + 0.002 * rows as f64);
+        }
+        spec
+    };
+    let drafts = |plan: &StepPlan| plan.drafts.get(&SeqId(1)).map_or(0, DraftTree::len);
+    // Alone: drafts.
+    let (mut s, mut spec) = (scheduler(), adaptive());
+    prefill(&mut s, &mut spec, &[1], 7, 100);
+    assert!(drafts(&s.plan(Some(&mut spec))) > 0);
+    // Beside a decoding sequence: none.
+    let (mut s, mut spec) = (scheduler(), adaptive());
+    prefill(&mut s, &mut spec, &[1, 2], 7, 100);
+    assert_eq!(drafts(&s.plan(Some(&mut spec))), 0);
+    // Beside a long prompt going in: none either.
+    let (mut s, mut spec) = (scheduler(), adaptive());
+    prefill(&mut s, &mut spec, &[1], 7, 100);
+    s.add(SeqId(2), (0..150).map(|i| 11 + i % 20).collect());
+    spec.add(SeqId(2), 100, None);
+    let plan = s.plan(Some(&mut spec));
+    assert_eq!(plan.batch.len(), 2, "the prompt goes in beside the decode");
+    assert!(plan.batch[1].len > 100);
+    assert_eq!(drafts(&plan), 0);
+}
