@@ -24,11 +24,15 @@
 //!   towards the prior when the sequence does not speculate, so a sequence that stopped paying
 //!   is tried again later). With `k` drafts a sequence emits `1 + α + α² + … + αᵏ` tokens on
 //!   average: the `j`-th draft adds `αʲ`.
-//! - The batch emits `E` tokens (one per decoding sequence, plus accepted drafts) in `T(n)`. One
-//!   more draft row adds `αᵢ^(kᵢ+1)` to `E` and `b` to `T` (plus, for a draft model, its
-//!   measured seconds per draft), which raises `E/T` exactly when `αᵢ^(kᵢ+1) > b·E/T`. Drafts
-//!   are granted greedily, the largest gain a second first, while the gain clears that bar by
-//!   20% (the estimates are noisy, and a draft near break-even risks more than it can win).
+//! - The batch emits `E` tokens (one per decoding sequence, plus accepted drafts) in `T(n)`,
+//!   both taken as if every sequence of the step decoded: one whose prompt goes in this step
+//!   counts as a decoding row. A prompt chunk makes the step longer without emitting anything
+//!   now, while a draft row costs every later step what it costs this one, so pricing drafts
+//!   at such a step's own rate made them look nearly free. One more draft row adds
+//!   `αᵢ^(kᵢ+1)` to `E` and `b` to `T` (plus, for a draft model, its measured seconds per
+//!   draft), which raises `E/T` exactly when `αᵢ^(kᵢ+1) > b·E/T`. Drafts are granted greedily,
+//!   the largest gain a second first, while the gain clears that bar by 20% (the estimates are
+//!   noisy, and a draft near break-even risks more than it can win).
 //! - A drafter that must catch up before it drafts (an EAGLE-3 head runs a row for each token
 //!   decoded since the sequence last drafted, 0.5 ms each for the default model's) charges that
 //!   to the sequence's first draft of the step: the rows its last step emitted in full, a
