@@ -19,8 +19,10 @@ const REQUIREMENTS: &str = include_str!("../../../../train/requirements.txt");
 /// The training settings (SpecForge's names where it has them).
 #[derive(Args, Debug, Clone)]
 pub struct TrainSettings {
-    /// Rows of the head's output layer: the most frequent answer tokens.
-    #[arg(long, default_value_t = 8192)]
+    /// Rows of the head's output layer: the most frequent answer tokens (4,096, 8,192 and
+    /// 16,384 accepted alike after an epoch of 332k tokens for SmolLM2-135M, and 4,096 drafts
+    /// and trains fastest: BENCHMARKS.md).
+    #[arg(long, default_value_t = 4096)]
     pub draft_vocab_size: usize,
     /// Passes over the data.
     #[arg(long, default_value_t = 3)]
