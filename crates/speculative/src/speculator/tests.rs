@@ -126,11 +126,11 @@ fn no_drafts_past_max_tokens_nor_over_the_batch_threshold() {
     assert!(plan.drafts.is_empty());
 }
 
-#[test]
-fn adaptive_drafts_stop_when_rows_cost_more_than_they_can_win() {
-    let mut config = SpeculatorConfig {
+/// The adaptive policy with chains of up to `num_draft_tokens`, κ 0.25.
+fn adaptive_config(num_draft_tokens: usize) -> SpeculatorConfig {
+    SpeculatorConfig {
         policy: PolicyConfig {
-            num_draft_tokens: 4,
+            num_draft_tokens,
             disable_batch_threshold: None,
         },
         adaptive: true,
@@ -138,7 +138,12 @@ fn adaptive_drafts_stop_when_rows_cost_more_than_they_can_win() {
         num_steps: 1,
         kappa: 0.25,
         max_match: 4,
-    };
+    }
+}
+
+#[test]
+fn adaptive_drafts_stop_when_rows_cost_more_than_they_can_win() {
+    let mut config = adaptive_config(4);
     let ngram = || Box::new(NgramDrafter(NgramProposer::new(1, 4).unwrap()));
     // Steps are nearly free per row: drafts from a long match pay.
     let mut cheap = Speculator::new(config, ngram());
@@ -224,17 +229,7 @@ fn a_prompt_chunk_in_the_step_does_not_make_drafts_cheap() {
     // decoded: the step is longer, but its prompt rows emit nothing and a draft row still
     // costs what it costs every later step.
     let adaptive = || {
-        let config = SpeculatorConfig {
-            policy: PolicyConfig {
-                num_draft_tokens: 3,
-                disable_batch_threshold: None,
-            },
-            adaptive: true,
-            topk: 1,
-            num_steps: 1,
-            kappa: 0.25,
-            max_match: 4,
-        };
+        let config = adaptive_config(3);
         let drafter = Box::new(NgramDrafter(NgramProposer::new(1, 4).unwrap()));
         let mut spec = Speculator::new(config, drafter);
         for rows in 1..=20 {
