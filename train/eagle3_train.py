@@ -3,7 +3,7 @@
 Run by `specula train-draft` as
 
     python eagle3_train.py --features FEAT --work WORK --draft-vocab-size N --num-epochs E
-        --ttt-length K --learning-rate LR --batch-tokens T --seed S
+        --ttt-length K --learning-rate LR --batch-tokens T --seed S [--init-head HEAD]
 
 FEAT holds `meta.json`, `target.safetensors` (the target's `embed`, `lm_head`, `output_norm`) and
 `shard-*.safetensors` (per token: `input_ids`, `loss_mask`, the three captured streams `aux` and the
@@ -497,15 +497,51 @@ def init_params(shape, draft_vocab, seed):
     high stream's logit lens predicts the token the row already reads, not the one after.
     """
     rng = np.random.default_rng(seed)
-    H, inter, hd = shape.hidden, shape.intermediate, shape.head_dim
-    shapes = {"fc": (H, 3 * H), "q": (shape.n_heads * hd, 2 * H),
-              "k": (shape.n_kv_heads * hd, 2 * H), "v": (shape.n_kv_heads * hd, 2 * H),
-              "o": (H, shape.n_heads * hd), "gate": (inter, H), "up": (inter, H),
-              "down": (H, inter), "lm_head": (draft_vocab, H)}
-    params = {k: rng.normal(0.0, INIT_STD, s).astype(np.float32) for k, s in shapes.items()}
-    norms = ["input_norm", "hidden_norm", "post_norm", "norm"]
-    params |= {k: np.ones(H, np.float32) for k in norms}
+    params = {k: rng.normal(0.0, INIT_STD, s).astype(np.float32) if len(s) == 2
+              else np.ones(s, np.float32) for k, s in param_shapes(shape, draft_vocab).items()}
     return {k: jnp.asarray(v) for k, v in params.items()}
+
+
+def param_shapes(shape, draft_vocab):
+    """Every parameter's shape (the norms are vectors)."""
+    H, inter, hd = shape.hidden, shape.intermediate, shape.head_dim
+    norms = {k: (H,) for k in ["input_norm", "hidden_norm", "post_norm", "norm"]}
+    return norms | {"fc": (H, 3 * H), "q": (shape.n_heads * hd, 2 * H),
+                    "k": (shape.n_kv_heads * hd, 2 * H), "v": (shape.n_kv_heads * hd, 2 * H),
+                    "o": (H, shape.n_heads * hd), "gate": (inter, H), "up": (inter, H),
+                    "down": (H, inter), "lm_head": (draft_vocab, H)}
+
+
+def read_head(path, shape, meta):
+    """(parameters in float32, vocabulary) of a head in SGLang's layout made for this target: a
+    warm start, so that training accumulates over runs on new data."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+        layers = config.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids")
+    except (OSError, ValueError, AttributeError) as e:
+        raise Fail(f"cannot read {path / 'config.json'}: {e!r}") from e
+    if layers is not None and [x + 1 for x in layers] != meta["capture_layers"]:
+        raise Fail(f"{path} reads layers {layers} (0-based), the streams are of "
+                   f"{[x - 1 for x in meta['capture_layers']]}")
+    tensors = {}
+    for f in sorted(path.glob("*.safetensors")):
+        tensors |= read_safetensors(f)
+    if "d2t" not in tensors:
+        raise Fail(f"{path} has no d2t")
+    d2t = np.asarray(tensors["d2t"], np.int64)
+    used = d2t + np.arange(len(d2t))
+    if len(used) == 0 or used.min() < 0 or used.max() >= meta["vocab_size"] \
+            or len(np.unique(used)) != len(used):
+        raise Fail(f"{path}: d2t does not map the draft vocabulary onto distinct target tokens")
+    params = {}
+    for k, want in param_shapes(shape, len(used)).items():
+        if NAMES[k] not in tensors:
+            raise Fail(f"{path} has no {NAMES[k]}")
+        a = np.asarray(tensors[NAMES[k]], np.float32)
+        if a.shape != want:
+            raise Fail(f"{path}: {NAMES[k]} is {list(a.shape)}, this target needs {list(want)}")
+        params[k] = jnp.asarray(a)
+    return params, used
 
 
 def make_optimizer(peak, steps):
@@ -637,13 +673,20 @@ class Trainer:
         a = self.args
         settings = {"draft_vocab_size": a.draft_vocab_size, "num_epochs": a.num_epochs,
                     "ttt_length": a.ttt_length, "learning_rate": a.learning_rate,
-                    "batch_tokens": a.batch_tokens, "seed": a.seed,
+                    "batch_tokens": a.batch_tokens, "seed": a.seed, "init_head": a.init_head,
                     "tokens": len(self.data.ids), "pieces": len(self.train) + len(self.held)}
         state = load_checkpoint(self.work, settings, self.optimizer)
         if state is None:
-            used = draft_vocabulary(self.data, sequences, a.draft_vocab_size,
-                                    self.meta["vocab_size"])
-            params = init_params(self.shape, len(used), a.seed)
+            if a.init_head:
+                params, used = read_head(Path(a.init_head), self.shape, self.meta)
+                if len(used) != a.draft_vocab_size:
+                    raise Fail(f"{a.init_head} drafts {len(used)} tokens, not "
+                               f"--draft-vocab-size {a.draft_vocab_size}")
+                log(f"starting from the head in {a.init_head}")
+            else:
+                used = draft_vocabulary(self.data, sequences, a.draft_vocab_size,
+                                        self.meta["vocab_size"])
+                params = init_params(self.shape, len(used), a.seed)
             progress = {"settings": settings, "epoch": 0, "step": 0, "batch": 0, "loss_sum": 0.0,
                         "metrics": []}
             state = params, self.optimizer.init(params), used, progress
@@ -728,6 +771,7 @@ def parse_args(argv):
     ap.add_argument("--learning-rate", type=float, required=True)
     ap.add_argument("--batch-tokens", type=int, required=True)
     ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--init-head", help="a head (SGLang's layout) to start from, not a new one")
     args = ap.parse_args(argv)
     if min(args.num_epochs, args.ttt_length) < 1 or not args.learning_rate > 0:
         ap.error("--num-epochs and --ttt-length must be at least 1, --learning-rate positive")

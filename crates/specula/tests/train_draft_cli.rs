@@ -1,12 +1,13 @@
 //! `specula train-draft` end to end on a tiny set: the target answers a dozen prompts, its
 //! streams are captured, the trainer (in its own environment) lowers the loss over a few epochs,
-//! and the head it writes loads as the server loads one; a rerun resumes from the checkpoint;
-//! bad settings are one-line errors.
+//! and the head it writes loads as the server loads one; a rerun resumes from the checkpoint; a
+//! run can start from a head; bad settings are one-line errors.
 
 mod common;
 
 use speculative::eagle3::{Eagle3Head, TargetShape};
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_specula");
@@ -15,7 +16,11 @@ fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sharegpt_small.json")
 }
 
-fn train(output: &std::path::Path, epochs: &str) -> std::process::Output {
+fn train(output: &Path, epochs: &str) -> std::process::Output {
+    train_with(output, epochs, &[])
+}
+
+fn train_with(output: &Path, epochs: &str, extra: &[&OsStr]) -> std::process::Output {
     Command::new(BIN)
         .args(["train-draft", "--model"])
         .arg(common::model_path())
@@ -39,9 +44,27 @@ fn train(output: &std::path::Path, epochs: &str) -> std::process::Output {
             "--num-epochs",
             epochs,
         ])
+        .args(extra)
         .output()
         .unwrap()
 }
+
+fn train_losses(work: &Path) -> Vec<f64> {
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(work.join("metrics.json")).unwrap()).unwrap();
+    metrics
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["train_loss"].as_f64().unwrap())
+        .collect()
+}
+
+const TARGET: TargetShape = TargetShape {
+    n_layers: 30,
+    hidden: 576,
+    vocab: 49_152,
+};
 
 #[test]
 fn a_tiny_training_run_lowers_the_loss_and_writes_a_head_that_loads() {
@@ -49,26 +72,13 @@ fn a_tiny_training_run_lowers_the_loss_and_writes_a_head_that_loads() {
     let out = train(dir.path(), "4");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let metrics: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("metrics.json")).unwrap())
-            .unwrap();
-    let losses: Vec<f64> = metrics
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["train_loss"].as_f64().unwrap())
-        .collect();
-    assert_eq!(losses.len(), 4, "{metrics}");
+    let losses = train_losses(dir.path());
+    assert_eq!(losses.len(), 4, "{losses:?}");
     assert!(losses[3] < losses[0], "the loss did not fall: {losses:?}");
     assert!(dir.path().join("training.svg").is_file());
     let lines = std::fs::read_to_string(dir.path().join("held_out.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 2);
-    let target = TargetShape {
-        n_layers: 30,
-        hidden: 576,
-        vocab: 49_152,
-    };
-    let head = Eagle3Head::load(&dir.path().join("head"), target).unwrap();
+    let head = Eagle3Head::load(&dir.path().join("head"), TARGET).unwrap();
     assert_eq!(head.config.draft_vocab, 1024);
     assert_eq!(head.config.capture_layers, [2, 15, 27]);
     // A rerun resumes from the checkpoint instead of training again.
@@ -77,6 +87,48 @@ fn a_tiny_training_run_lowers_the_loss_and_writes_a_head_that_loads() {
     assert!(again.status.success(), "{stderr}");
     assert!(stderr.contains("resuming from"), "{stderr}");
     assert!(stderr.contains("epoch 4:"), "{stderr}");
+    // A run that starts from that head begins where it ended: its first epoch's loss is below
+    // the first run's, and it keeps the head's draft vocabulary.
+    let warm = tempfile::tempdir().unwrap();
+    let init = dir.path().join("head");
+    let out = train_with(
+        warm.path(),
+        "1",
+        &[OsStr::new("--init-head"), init.as_os_str()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("starting from the head"), "{stderr}");
+    let warm_losses = train_losses(warm.path());
+    assert!(warm_losses[0] < losses[0], "{warm_losses:?} {losses:?}");
+    let again = Eagle3Head::load(&warm.path().join("head"), TARGET).unwrap();
+    assert_eq!(again.draft_to_target, head.draft_to_target);
+}
+
+#[test]
+fn a_head_to_start_from_is_checked_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../heads/smollm2-135m-instruct");
+    for (head, says) in [
+        (dir.path().join("no-such-head"), "is not a head folder"),
+        // The tiny run asks for 1,024 draft tokens; the shipped head drafts 8,192.
+        (
+            shipped,
+            "--draft-vocab-size 1024 differs from --init-head's 8192",
+        ),
+    ] {
+        let out = train_with(
+            &dir.path().join("work"),
+            "1",
+            &[OsStr::new("--init-head"), head.as_os_str()],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains(says), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(!dir.path().join("work/sequences.jsonl").exists());
+    }
 }
 
 #[test]

@@ -49,6 +49,37 @@ pub fn read_samples(path: &Path) -> anyhow::Result<Vec<Sample>> {
     Ok(out)
 }
 
+/// The renderings of `prompts` still to answer: those within `max_prompt_tokens` whose rendering
+/// is not the prompt of a sample in `done`, with a line saying how many.
+fn unanswered(
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    prompts: &[String],
+    max_prompt_tokens: usize,
+    done: &[Sample],
+) -> anyhow::Result<Vec<Vec<u32>>> {
+    let answered: std::collections::HashSet<&[u32]> =
+        done.iter().map(|s| s.prompt.as_slice()).collect();
+    let (mut rendered, mut too_long) = (Vec::new(), 0);
+    for p in prompts {
+        let ids = render(template, tokenizer, p)?;
+        if ids.is_empty() || ids.len() > max_prompt_tokens {
+            too_long += usize::from(!ids.is_empty());
+        } else if !answered.contains(ids.as_slice()) {
+            rendered.push(ids);
+        }
+    }
+    if !rendered.is_empty() {
+        eprintln!(
+            "answering {} prompts with the target ({} answered before, {too_long} render over \
+             --max-prompt-tokens) ...",
+            rendered.len(),
+            done.len()
+        );
+    }
+    Ok(rendered)
+}
+
 /// Answers `prompts` (user messages) with the model at `model_path`, appending each finished
 /// sample to `out`; prompts whose rendering is over the limit, or is the prompt of a sample in
 /// `done`, are skipped. Returns the count written.
@@ -66,17 +97,15 @@ pub async fn generate(
     // that. The answers are training text, not a reference: the features are recomputed later.
     model.kv_cache_dtype = model::KvDtype::F16;
     let (tokenizer, template) = chat_of(&model)?;
-    let answered: std::collections::HashSet<&[u32]> =
-        done.iter().map(|s| s.prompt.as_slice()).collect();
-    let mut rendered = Vec::new();
-    for p in prompts {
-        let ids = render(&template, &tokenizer, p)?;
-        if !ids.is_empty()
-            && ids.len() <= settings.max_prompt_tokens
-            && !answered.contains(ids.as_slice())
-        {
-            rendered.push(ids);
-        }
+    let rendered = unanswered(
+        &template,
+        &tokenizer,
+        prompts,
+        settings.max_prompt_tokens,
+        done,
+    )?;
+    if rendered.is_empty() {
+        return Ok(0);
     }
     let per_seq = settings.max_prompt_tokens + settings.max_new_tokens;
     let config = EngineConfig {
@@ -96,9 +125,6 @@ pub async fn generate(
     };
     let eog = tokenizer.eog_ids().to_vec();
     let handle = engine::start(model, None, config, eog).context("cannot start the engine")?;
-    if rendered.is_empty() {
-        return Ok(0);
-    }
     let bar = ProgressBar::new(rendered.len() as u64).with_style(
         ProgressStyle::with_template("answers {bar:40} {pos}/{len} [{elapsed} < {eta}]")
             .expect("a valid template"),

@@ -12,7 +12,9 @@ use crate::Failure;
 use anyhow::{Context, anyhow, bail};
 use bench::workload::Exchange;
 use clap::{Args, ValueEnum};
-use model::Model;
+use model::gguf::GgufFile;
+use model::{Model, ModelConfig};
+use speculative::eagle3::TargetShape;
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -74,14 +76,27 @@ pub async fn run(args: TrainDraftArgs) -> Result<(), Failure> {
     }
     args.train.check()?;
     let path = crate::models::resolve(args.model.as_deref())?;
+    // A head to start from is checked before the hours of answering.
+    let draft_vocab = args.train.draft_vocab(target_shape(&path)?)?;
     std::fs::create_dir_all(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let samples = answer_stage(&args, &path).await?;
     let features = args.output.join("features");
     features_stage(&args, &path, &samples, &features)?;
-    trainer::train(&features, &args.output, &args.train, args.seed)?;
+    trainer::train(&features, &args.output, &args.train, draft_vocab, args.seed)?;
     println!("head written to {}", args.output.join("head").display());
     Ok(())
+}
+
+/// The shape a head for the model in `path` must have (from the file's metadata alone).
+fn target_shape(path: &Path) -> anyhow::Result<TargetShape> {
+    let file = GgufFile::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let c = ModelConfig::from_gguf(&file)?;
+    Ok(TargetShape {
+        n_layers: c.n_layers,
+        hidden: c.hidden,
+        vocab: c.vocab_size,
+    })
 }
 
 /// The prompts with the dataset's answers, in file order: the first `num_prompts` for
@@ -145,10 +160,6 @@ async fn answer_stage(args: &TrainDraftArgs, model: &Path) -> anyhow::Result<Vec
     // those already answered are skipped by their tokens.
     let done = answers::read_samples(&out)?;
     if done.len() < train.len() {
-        eprintln!(
-            "answering up to {} prompts with the target ...",
-            train.len() - done.len()
-        );
         answers::generate(model, &train, settings, &done, &out).await?;
     }
     answers::read_samples(&out)

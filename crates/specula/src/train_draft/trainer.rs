@@ -3,11 +3,13 @@
 //! its progress lines shown as a bar, its per-epoch metrics drawn as an SVG, and the head it
 //! writes loaded back as the server would load it.
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use serde::Deserialize;
+use speculative::eagle3::{Eagle3Head, TargetShape, default_capture_layers};
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,14 +18,22 @@ use std::process::{Command, Stdio};
 const SCRIPT: &str = include_str!("../../../../train/eagle3_train.py");
 const REQUIREMENTS: &str = include_str!("../../../../train/requirements.txt");
 
+/// The draft vocabulary's size when neither `--draft-vocab-size` nor `--init-head` gives one.
+const DEFAULT_DRAFT_VOCAB: usize = 4096;
+
 /// The training settings (SpecForge's names where it has them).
 #[derive(Args, Debug, Clone)]
 pub struct TrainSettings {
     /// Rows of the head's output layer: the most frequent answer tokens (4,096, 8,192 and
     /// 16,384 accepted alike after an epoch of 332k tokens for SmolLM2-135M, and 4,096 drafts
-    /// and trains fastest: BENCHMARKS.md).
-    #[arg(long, default_value_t = 4096)]
-    pub draft_vocab_size: usize,
+    /// and trains fastest: BENCHMARKS.md) [default: 4096, or --init-head's].
+    #[arg(long)]
+    pub draft_vocab_size: Option<usize>,
+    /// A head in SGLang's layout to start from (its weights and draft vocabulary, with a new
+    /// optimizer and warmup) instead of a new one: training goes on from a shipped head or an
+    /// earlier run's on new data.
+    #[arg(long)]
+    pub init_head: Option<PathBuf>,
     /// Passes over the data.
     #[arg(long, default_value_t = 3)]
     pub num_epochs: usize,
@@ -44,7 +54,7 @@ pub struct TrainSettings {
 impl TrainSettings {
     pub fn check(&self) -> anyhow::Result<()> {
         for (flag, v) in [
-            ("--draft-vocab-size", self.draft_vocab_size),
+            ("--draft-vocab-size", self.draft_vocab_size.unwrap_or(1)),
             ("--num-epochs", self.num_epochs),
             ("--ttt-length", self.ttt_length),
             ("--batch-tokens", self.batch_tokens),
@@ -57,6 +67,44 @@ impl TrainSettings {
             bail!("--learning-rate must be positive");
         }
         Ok(())
+    }
+
+    /// The draft vocabulary's size: `--init-head`'s (checked against `target` and the layers
+    /// train-draft captures), else `--draft-vocab-size` or its default.
+    pub fn draft_vocab(&self, target: TargetShape) -> anyhow::Result<usize> {
+        let Some(dir) = &self.init_head else {
+            return Ok(self.draft_vocab_size.unwrap_or(DEFAULT_DRAFT_VOCAB));
+        };
+        if !dir.is_dir() {
+            bail!(
+                "--init-head {} is not a head folder in SGLang's layout (config.json, model.safetensors)",
+                dir.display()
+            );
+        }
+        let head = Eagle3Head::load(dir, target)
+            .map_err(|e| anyhow!("--init-head {}: {e}", dir.display()))?;
+        let c = &head.config;
+        if Some(c.capture_layers) != default_capture_layers(target.n_layers) {
+            bail!(
+                "--init-head {} reads the target's layers {:?}; train-draft captures {:?}",
+                dir.display(),
+                c.capture_layers,
+                default_capture_layers(target.n_layers)
+            );
+        }
+        if c.norm_before_residual {
+            bail!(
+                "--init-head {}: heads with norm_before_residual are not trained here",
+                dir.display()
+            );
+        }
+        match self.draft_vocab_size {
+            Some(n) if n != c.draft_vocab => bail!(
+                "--draft-vocab-size {n} differs from --init-head's {}",
+                c.draft_vocab
+            ),
+            _ => Ok(c.draft_vocab),
+        }
     }
 }
 
@@ -119,6 +167,7 @@ pub fn train(
     features: &Path,
     work: &Path,
     settings: &TrainSettings,
+    draft_vocab: usize,
     seed: u64,
 ) -> anyhow::Result<Vec<EpochMetrics>> {
     let py = venv(&settings.python)?;
@@ -132,7 +181,7 @@ pub fn train(
         .arg(work)
         .args([
             "--draft-vocab-size",
-            &settings.draft_vocab_size.to_string(),
+            &draft_vocab.to_string(),
             "--num-epochs",
             &settings.num_epochs.to_string(),
             "--ttt-length",
@@ -144,6 +193,12 @@ pub fn train(
             "--seed",
             &seed.to_string(),
         ])
+        .args(
+            settings
+                .init_head
+                .iter()
+                .flat_map(|h| [OsStr::new("--init-head"), h.as_os_str()]),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -191,17 +246,22 @@ pub fn train(
     if !status.success() || !done {
         bail!("the trainer failed ({status})");
     }
-    // A resumed run reports only the epochs it ran: the earlier ones come from the last file.
+    record_metrics(work, epochs)
+}
+
+/// Writes `metrics.json` and `training.svg` with every epoch so far: a resumed run reports only
+/// the epochs it ran (`ran`), the earlier ones come from the last file.
+fn record_metrics(work: &Path, ran: Vec<EpochMetrics>) -> anyhow::Result<Vec<EpochMetrics>> {
     let path = work.join("metrics.json");
     let earlier: Vec<EpochMetrics> = std::fs::read_to_string(&path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default();
-    let first = epochs.first().map_or(usize::MAX, |e| e.epoch);
+    let first = ran.first().map_or(usize::MAX, |e| e.epoch);
     let mut epochs: Vec<EpochMetrics> = earlier
         .into_iter()
         .filter(|e| e.epoch < first)
-        .chain(epochs)
+        .chain(ran)
         .collect();
     epochs.sort_by_key(|e| e.epoch);
     std::fs::write(&path, serde_json::to_string_pretty(&epochs)?)?;
