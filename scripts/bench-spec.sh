@@ -14,7 +14,8 @@
 #              BASE=--disable-radix-cache SPEC= compares the prefix cache off and on), NAME
 #              (ngram: the candidate's result stem), LEVELS
 #              (1,2,5,10,30,70,100,250), THREADS (2), PORT (30000; the candidate uses PORT+1),
-#              OUT_DIR (target/bench-results), ROUNDS (1: each level runs ROUNDS times per side,
+#              OUT_DIR (target/bench-results; the candidate's files are NAME.*, the baseline's
+#              NAME-baseline.*), ROUNDS (1: each level runs ROUNDS times per side,
 #              the sides' order swapped every round so a steady drift cancels; the per-round
 #              throughput ratios and their median are printed after the compare table of round 1),
 #              CANDIDATE_BODY (JSON merged into the candidate's requests only, e.g. a
@@ -84,8 +85,11 @@ stop_last_server() {
     wait "${pids[-1]}" 2>/dev/null || true
     unset 'pids[-1]'
 }
+# A side's file stem: the baseline's carries the candidate's name, so that runs of several
+# candidates into one OUT_DIR keep each its own baseline.
+stem() { if [ "$1" = baseline ]; then echo "$NAME-baseline"; else echo "$1"; fi; }
 if [ "$ONE_AT_A_TIME" != 1 ]; then
-    start_side baseline "$OUT_DIR/baseline.server.log"
+    start_side baseline "$OUT_DIR/$(stem baseline).server.log"
     start_side "$NAME" "$OUT_DIR/$NAME.server.log"
 fi
 
@@ -108,9 +112,10 @@ for level in "${levels[@]}"; do
             side_flags=()
             [ -z "$body" ] || side_flags=(--extra-body "$body")
             echo "== $side, C=$level, round $round"
-            [ "$ONE_AT_A_TIME" != 1 ] || start_side "$side" "$OUT_DIR/levels/$side.$level.r$round.server.log"
+            file="$OUT_DIR/levels/$(stem "$side").$level.r$round"
+            [ "$ONE_AT_A_TIME" != 1 ] || start_side "$side" "$file.server.log"
             target/release/specula bench --base-url "http://127.0.0.1:$port" --concurrency "$level" \
-                --first-slice "$slice" --output "$OUT_DIR/levels/$side.$level.r$round.json" \
+                --first-slice "$slice" --output "$file.json" \
                 "${bench_flags[@]}" "${side_flags[@]}" "$@" | grep -E "C=|Note:" || true
             [ "$ONE_AT_A_TIME" != 1 ] || stop_last_server
         done
@@ -136,11 +141,12 @@ fi
 
 # One run file per side (round 1), its levels in order, for `specula bench compare`; with
 # several rounds, each level's throughput ratio per round and the median.
-python3 - "$OUT_DIR" "$NAME" "$LEVELS" "$ROUNDS" <<'PY'
+python3 - "$OUT_DIR" "$NAME" "$LEVELS" "$ROUNDS" "$(stem baseline)" <<'PY'
 import json, statistics, sys
 out, name, levels, rounds = sys.argv[1], sys.argv[2], sys.argv[3].split(","), int(sys.argv[4])
+base = sys.argv[5]
 load = lambda side, level, r: json.load(open(f"{out}/levels/{side}.{level}.r{r}.json"))
-for side in ("baseline", name):
+for side in (base, name):
     runs = [load(side, l, 1) for l in levels]
     merged = runs[0]
     merged["levels"] = [lv for r in runs for lv in r["levels"]]
@@ -150,9 +156,9 @@ if rounds > 1:
     print(f"== throughput ratio ({name} / baseline) per round")
     for l in levels:
         tput = lambda side, r: load(side, l, r)["levels"][0]["stats"]["throughput_tok_s"]
-        ratios = [tput(name, r) / tput("baseline", r) for r in range(1, rounds + 1)]
+        ratios = [tput(name, r) / tput(base, r) for r in range(1, rounds + 1)]
         shown = " ".join(f"x{x:.2f}" for x in ratios)
         print(f"  C={int(l):>3} | {shown} | median x{statistics.median(ratios):.2f}")
 PY
 echo "== compare, round 1 (baseline: ${BASE:-plain}, candidate: $NAME)"
-target/release/specula bench compare "$OUT_DIR/baseline.json" "$OUT_DIR/$NAME.json"
+target/release/specula bench compare "$OUT_DIR/$(stem baseline).json" "$OUT_DIR/$NAME.json"
