@@ -3,7 +3,7 @@
 //! `--speculative-algorithm EAGLE3` uses when no `--speculative-draft-model-path` is given.
 
 use anyhow::Context;
-use model::Model;
+use model::{Model, ModelConfig};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use speculative::eagle3::{Eagle3Config, Eagle3Head, TargetShape};
@@ -41,6 +41,15 @@ fn tokens_digest(model: &Model) -> anyhow::Result<String> {
     Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The shape a head for a model of `config` must have.
+pub fn target_shape(config: &ModelConfig) -> TargetShape {
+    TargetShape {
+        n_layers: config.n_layers,
+        hidden: config.hidden,
+        vocab: config.vocab_size,
+    }
+}
+
 /// The shipped head for `model`, with its name, if one fits it.
 pub fn shipped_for(model: &Model) -> anyhow::Result<Option<(&'static str, Eagle3Head)>> {
     let c = &model.config;
@@ -53,12 +62,7 @@ pub fn shipped_for(model: &Model) -> anyhow::Result<Option<(&'static str, Eagle3
         if !fits {
             continue;
         }
-        let shape = TargetShape {
-            n_layers: c.n_layers,
-            hidden: c.hidden,
-            vocab: c.vocab_size,
-        };
-        let config = Eagle3Config::parse(s.config, shape)?;
+        let config = Eagle3Config::parse(s.config, target_shape(c))?;
         let head = Eagle3Head::from_parts(config, &[(s.name.to_string(), s.weights)])?;
         return Ok(Some((s.name, head)));
     }

@@ -99,12 +99,7 @@ fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<engine::D
         return Ok(Some(engine::Draft::Eagle3(Box::new(head))));
     };
     if eagle3 {
-        let c = &model.config;
-        let target = speculative::eagle3::TargetShape {
-            n_layers: c.n_layers,
-            hidden: c.hidden,
-            vocab: c.vocab_size,
-        };
+        let target = crate::heads::target_shape(&model.config);
         let o = model.weights.output.matrix(&model.file);
         let output = speculative::eagle3::TargetOutput {
             dtype: o.dtype,

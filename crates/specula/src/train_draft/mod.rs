@@ -91,12 +91,7 @@ pub async fn run(args: TrainDraftArgs) -> Result<(), Failure> {
 /// The shape a head for the model in `path` must have (from the file's metadata alone).
 fn target_shape(path: &Path) -> anyhow::Result<TargetShape> {
     let file = GgufFile::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let c = ModelConfig::from_gguf(&file)?;
-    Ok(TargetShape {
-        n_layers: c.n_layers,
-        hidden: c.hidden,
-        vocab: c.vocab_size,
-    })
+    Ok(crate::heads::target_shape(&ModelConfig::from_gguf(&file)?))
 }
 
 /// The prompts with the dataset's answers, in file order: the first `num_prompts` for
