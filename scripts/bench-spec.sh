@@ -159,6 +159,29 @@ if rounds > 1:
         ratios = [tput(name, r) / tput(base, r) for r in range(1, rounds + 1)]
         shown = " ".join(f"x{x:.2f}" for x in ratios)
         print(f"  C={int(l):>3} | {shown} | median x{statistics.median(ratios):.2f}")
+# Where the candidate's time went: each request against the same prompt's on the baseline
+# (decode time, latency less TTFT), summed over rounds, split by whether the candidate drafted
+# for it. Requests that never drafted show what merely enabling speculation costs.
+def decode_s(q):
+    return q["latency_s"] - q["ttft_s"]
+split_lines = []
+for l in levels:
+    sums = {True: [0, 0.0, 0.0], False: [0, 0.0, 0.0]}
+    for r in range(1, rounds + 1):
+        b = {q["index"]: q for q in load(base, l, r)["levels"][0]["requests"] if not q["error"]}
+        for q in load(name, l, r)["levels"][0]["requests"]:
+            if q["error"] or q["index"] not in b:
+                continue
+            s = sums[bool(q.get("spec_accept_length"))]
+            s[0] += 1
+            s[1] += decode_s(b[q["index"]])
+            s[2] += decode_s(q)
+    if sums[True][0]:
+        cell = lambda s: f"{s[0]} requests, x{s[1] / s[2]:.3f}" if s[0] and s[2] else "none"
+        split_lines.append(f"  C={int(l):>3} | drafted: {cell(sums[True])} | never drafted: {cell(sums[False])}")
+if split_lines:
+    print(f"== decode speed ({name} / baseline, same prompts, all rounds) by whether it drafted")
+    print("\n".join(split_lines))
 PY
 echo "== compare, round 1 (baseline: ${BASE:-plain}, candidate: $NAME)"
 target/release/specula bench compare "$OUT_DIR/$(stem baseline).json" "$OUT_DIR/$NAME.json"
