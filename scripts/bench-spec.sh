@@ -17,7 +17,9 @@
 #              OUT_DIR (target/bench-results; the candidate's files are NAME.*, the baseline's
 #              NAME-baseline.*), ROUNDS (1: each level runs ROUNDS times per side,
 #              the sides' order swapped every round so a steady drift cancels; the per-round
-#              throughput ratios and their median are printed after the compare table of round 1),
+#              throughput ratios and their median are printed after the compare table of round 1;
+#              with speculation, each level's decode time against the baseline's on the same
+#              prompts, split by whether the candidate drafted for the request),
 #              CANDIDATE_BODY (JSON merged into the candidate's requests only, e.g. a
 #              `response_format`: structured outputs against the same requests unconstrained),
 #              BODY (JSON merged into both sides' requests, where CANDIDATE_BODY does not

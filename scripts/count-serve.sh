@@ -10,6 +10,8 @@
 #              requests at C=8 of 48 random prompt tokens and 40 answer tokens: about 28 billion
 #              instructions, 10 minutes)
 # Compare two runs side by side: run it twice with different flags (at once: each is one thread).
+# Count fixed speculation policies: the adaptive one prices drafts from timings valgrind distorts
+# and drafts far more than a server at full speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=${1:?usage: scripts/count-serve.sh NAME [serve flags]}
