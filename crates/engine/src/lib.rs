@@ -12,6 +12,7 @@ mod step_loop;
 mod tiers;
 mod update;
 mod validate;
+pub mod watchdog;
 
 pub use validate::ConfigError;
 
@@ -56,6 +57,19 @@ pub struct EngineConfig {
     /// Sequences with a grammar that the speculator does not draft verify the tokens their
     /// grammar forces as drafts (off: `--disable-grammar-forced-drafts`).
     pub grammar_forced_drafts: bool,
+    /// Tests only: a fault the engine thread makes on purpose (`--test-engine-fault`).
+    pub test_fault: Option<TestFault>,
+}
+
+/// A fault the engine thread makes on purpose, at the first step that serves a request after
+/// the first one (the server's warm-up): for tests of what the process does when its engine dies
+/// or wedges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestFault {
+    /// The engine thread panics.
+    Panic,
+    /// The engine thread stops making progress (sleeps for good).
+    Hang,
 }
 
 /// Speculative decoding settings (SGLang's flag names in the comments).

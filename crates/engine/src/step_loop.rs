@@ -62,6 +62,8 @@ pub(crate) struct Engine {
     pub(crate) speculator: Option<Speculator>,
     /// Whether sequences the speculator does not draft draft what their grammar forces.
     pub(crate) grammar_forced_drafts: bool,
+    /// `--test-engine-fault` (tests only).
+    test_fault: Option<crate::TestFault>,
     /// The sequences whose drafts this step are grammar-forced ones.
     pub(crate) forced: HashSet<SeqId>,
     pub(crate) tiers: Tiers,
@@ -135,6 +137,7 @@ impl Engine {
             stats,
             speculator,
             grammar_forced_drafts: config.grammar_forced_drafts,
+            test_fault: config.test_fault,
             forced: HashSet::new(),
             tiers,
         };
@@ -156,7 +159,23 @@ impl Engine {
                 self.handle(cmd);
             }
             self.drop_abandoned();
+            self.make_test_fault();
             self.step();
+        }
+    }
+
+    /// `--test-engine-fault`: once a request after the warm-up (ids from 2) is active.
+    fn make_test_fault(&self) {
+        let Some(fault) = self.test_fault else {
+            return;
+        };
+        if self.active.keys().any(|id| id.0 >= 2) {
+            match fault {
+                crate::TestFault::Panic => panic!("--test-engine-fault panic"),
+                crate::TestFault::Hang => loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                },
+            }
         }
     }
 

@@ -5,9 +5,12 @@
 //! Text without `::=` is taken to be Lark already.
 
 use crate::GrammarError;
+use crate::limits::{MAX_GRAMMAR_BYTES, within};
 
-/// Lark for a GBNF (or Lark) grammar.
+/// Lark for a GBNF (or Lark) grammar. A grammar over [`MAX_GRAMMAR_BYTES`] is refused first (the
+/// Lark is checked against the rest of the limits when it is compiled).
 pub fn ebnf_to_lark(text: &str) -> Result<String, GrammarError> {
+    within("bytes of the grammar", text.len(), MAX_GRAMMAR_BYTES)?;
     if !text.contains("::=") {
         return Ok(text.to_string());
     }

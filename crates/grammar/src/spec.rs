@@ -34,15 +34,15 @@ impl GrammarSpec {
     /// The key compiled grammars are cached under, and what llguidance's grammar is made from
     /// (only on a miss). `control` gives the id of a control token spelled by a text (a
     /// tool-call marker may be one).
-    pub(crate) fn source(&self, control: &dyn Fn(&str) -> Option<u32>) -> (String, Source<'_>) {
+    pub(crate) fn source(&self, control: &dyn Fn(&str) -> Option<u32>) -> (String, Source) {
         let lark = |kind: &str, lark: String| (format!("{kind}\u{0}{lark}"), Source::Lark(lark));
         match self {
             GrammarSpec::JsonSchema(schema) => (
                 format!("json_schema\u{0}{schema}"),
-                Source::Json(Some(schema)),
+                Source::Json(Some(schema.clone())),
             ),
             GrammarSpec::JsonObject => ("json_object".into(), Source::Json(None)),
-            GrammarSpec::Regex(rx) => (format!("regex\u{0}{rx}"), Source::Regex(rx)),
+            GrammarSpec::Regex(rx) => (format!("regex\u{0}{rx}"), Source::Regex(rx.clone())),
             GrammarSpec::Lark(g) => lark("lark", g.clone()),
             GrammarSpec::ToolCall(calls) => lark("tool_call", forced_call_lark(calls)),
             GrammarSpec::OptionalToolCalls(spec) => {
@@ -55,22 +55,22 @@ impl GrammarSpec {
 }
 
 /// What a grammar is made from: a JSON schema (`None`: any object), a regex or Lark.
-pub(crate) enum Source<'a> {
-    Json(Option<&'a Value>),
-    Regex(&'a str),
+pub(crate) enum Source {
+    Json(Option<Value>),
+    Regex(String),
     Lark(String),
 }
 
-impl Source<'_> {
+impl Source {
     /// llguidance's grammar. JSON may put whitespace between its tokens as models like to (a
     /// newline and indentation), but at most [`JSON_MAX_WHITESPACE`] characters per gap: a
     /// small model left free there can fill its whole budget with blank lines.
     pub(crate) fn into_grammar(self) -> TopLevelGrammar {
         match self {
             Source::Json(schema) => {
-                json_grammar(schema.cloned().unwrap_or_else(|| json!({"type": "object"})))
+                json_grammar(schema.unwrap_or_else(|| json!({"type": "object"})))
             }
-            Source::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            Source::Regex(rx) => TopLevelGrammar::from_regex(&rx),
             Source::Lark(lark) => TopLevelGrammar::from_lark(lark),
         }
     }

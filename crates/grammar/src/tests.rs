@@ -12,10 +12,10 @@ use model::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-const EOS: u32 = 1;
+pub(crate) const EOS: u32 = 1;
 const MERGES: [&str; 4] = ["{ \"", "\" :", "Ġ \"", ", Ġ"];
 
-fn tokenizer() -> Arc<Tokenizer> {
+pub(crate) fn tokenizer() -> Arc<Tokenizer> {
     let mut tokens = vec!["<|endoftext|>".to_string(), "<|im_end|>".to_string()];
     let mut types = vec![3, 3];
     for c in model::tokenizer::byte_chars() {
@@ -44,7 +44,7 @@ fn tokenizer() -> Arc<Tokenizer> {
     Arc::new(Tokenizer::from_gguf(&gguf).unwrap())
 }
 
-fn grammars() -> (Grammars, Arc<Tokenizer>) {
+pub(crate) fn grammars() -> (Grammars, Arc<Tokenizer>) {
     let tok = tokenizer();
     (Grammars::new(tok.clone(), &[EOS]).unwrap(), tok)
 }
@@ -62,7 +62,7 @@ impl Rng {
 /// A random generation under `spec`: random logits (closing punctuation favoured, so the walk
 /// ends), masked, the best token taken, until the end token. Returns the text, or `None` if it
 /// did not end within `limit` tokens.
-fn walk(
+pub(crate) fn walk(
     g: &Grammars,
     tok: &Tokenizer,
     spec: &GrammarSpec,

@@ -5,10 +5,11 @@
 use crate::Shared;
 use crate::body::Body;
 use crate::error::ApiError;
+use crate::fields::Route;
 use crate::generate::{Generation, ParseSpec, TokenInfo};
 use crate::params;
 use crate::parsers::{Output, ToolFormat};
-use crate::request::{blocking, check_length, read_body};
+use crate::request::{blocking, check_length, check_prompt_bytes, read_body};
 use crate::respond::{StreamFormat, random_id, respond, to_json};
 use crate::response_format;
 use crate::responses;
@@ -27,15 +28,17 @@ pub(crate) async fn chat(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let body = read_body(&state, body)?;
-    let mut params = params::parse(&body, true)?;
+    let mut body = read_body(&state, body, Route::Chat)?;
+    let mut params = params::parse(&body, true, state.model().tokenizer.vocab_size())?;
     let output_format = response_format::parse(&body)?;
-    let messages = match body.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() => m.clone(),
+    let messages = match body.0.remove("messages").filter(|m| !m.is_null()) {
+        Some(Value::Array(m)) if !m.is_empty() => m,
         Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "`messages` is empty")),
         Some(_) => return Err(ApiError::invalid("messages", "`messages` must be a list")),
         None => return Err(ApiError::invalid("messages", "`messages` is required")),
     };
+    // Text that cannot fit the context however it is tokenized is refused before rendering.
+    check_prompt_bytes(&state, text_bytes(&messages), "messages")?;
     let (opts, enable_thinking) = template_options(&body)?;
     let separate_reasoning = body.bool("separate_reasoning")?.unwrap_or(true);
     let tools = ToolRequest::parse(&body)?;
@@ -96,6 +99,21 @@ pub(crate) async fn chat(
         )
     })
     .await
+}
+
+/// The bytes of every string in `messages` (walked without recursion).
+fn text_bytes(messages: &[Value]) -> usize {
+    let mut stack: Vec<&Value> = messages.iter().collect();
+    let mut bytes = 0usize;
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => bytes = bytes.saturating_add(s.len()),
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    bytes
 }
 
 /// `add_generation_prompt` and `chat_template_kwargs` as the template's options, and
@@ -160,6 +178,7 @@ impl Prompt {
                 .render(&messages, &opts)
                 .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
             text.push_str(&prefill);
+            check_prompt_bytes(&state, text.len(), "messages")?;
             let ids = state
                 .model()
                 .tokenizer

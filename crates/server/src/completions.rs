@@ -4,13 +4,14 @@
 use crate::Shared;
 use crate::body::Body;
 use crate::error::ApiError;
+use crate::fields::Route;
 use crate::generate::{Generation, ParseSpec, TokenInfo};
-use crate::params;
+use crate::params::{self, GenParams, MAX_N};
 use crate::parsers::Output;
-use crate::request::{blocking, check_length, read_body};
+use crate::request::{blocking, check_length, check_prompt_bytes, read_body};
 use crate::respond::{StreamFormat, random_id, respond, to_json};
 use crate::response_format;
-use crate::responses;
+use crate::responses::{self, ChoiceResult};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -18,16 +19,27 @@ use axum::response::Response;
 use serde_json::Value;
 use std::time::Instant;
 
-/// Every prompt checked and tokenized before any is submitted; `n` choices each.
+/// Every prompt checked and tokenized before any is submitted; `n` choices each (the best `n`
+/// of `best_of`, by their tokens' summed log-probability, when `best_of` is larger).
 pub(crate) async fn completions(
     State(state): State<Shared>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let body = read_body(&state, body)?;
-    let mut params = params::parse(&body, false)?;
+    let body = read_body(&state, body, Route::Completions)?;
+    let vocab = state.model().tokenizer.vocab_size();
+    let mut params = params::parse(&body, false, vocab)?;
+    let extras = Extras::parse(&body, &mut params)?;
     params.constraint = response_format::compile(&state, response_format::parse(&body)?).await?;
-    let prompts = prompts(&body, state.model().tokenizer.vocab_size())?;
+    let prompts = prompts(&body, vocab)?;
+    drop(body);
+    crate::generate::check_sequences(&state.model().engine, prompts.len(), params.n)?;
+    for p in &prompts {
+        if let Prompt::Text(t) = p {
+            check_prompt_bytes(&state, t.len(), "prompt")?;
+        }
+    }
+    let echoed = extras.echo.then(|| echo_texts(&state, &prompts));
     let prompts = tokenize(&state, prompts).await?;
     for p in &prompts {
         if p.is_empty() {
@@ -53,18 +65,119 @@ pub(crate) async fn completions(
         id: id.clone(),
         logprobs: params.logprobs.is_some(),
         offsets: Vec::new(),
+        echoed: echoed.clone().unwrap_or_default(),
+        n: params.n,
     };
     respond(generation, &params, format, |results, usage| {
+        let results = extras.best(results, params.n, echoed.as_deref());
         responses::completion(
             &id,
             &state.served_model_name,
             &state.model().tokenizer,
             results,
             usage,
-            params.logprobs.is_some(),
+            extras.logprobs,
         )
     })
     .await
+}
+
+/// The fields only completions have: `echo`, `best_of` and `suffix`.
+struct Extras {
+    echo: bool,
+    /// Choices kept per prompt (the request's `n`) when `best_of` generated more.
+    keep: Option<usize>,
+    /// Whether the client asked for log-probabilities (`best_of` asks for them itself).
+    logprobs: bool,
+}
+
+impl Extras {
+    /// Reads them, and sets `params` to generate `best_of` choices a prompt.
+    fn parse(body: &Body, params: &mut GenParams) -> Result<Self, ApiError> {
+        if body.str("suffix")?.is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::invalid(
+                "suffix",
+                "`suffix` is not supported: this server has no fill-in-the-middle prompt format",
+            ));
+        }
+        let echo = body.bool("echo")?.unwrap_or(false);
+        if echo && params.logprobs.is_some() {
+            return Err(ApiError::invalid(
+                "echo",
+                "`echo` with `logprobs` is not supported: the prompt's log-probabilities are not computed",
+            ));
+        }
+        let logprobs = params.logprobs.is_some();
+        let best_of = body.integer("best_of", 1, MAX_N)?.map(|b| b as usize);
+        let keep = match best_of {
+            Some(b) if b < params.n => {
+                return Err(ApiError::invalid(
+                    "best_of",
+                    format!("`best_of` ({b}) must be at least `n` ({})", params.n),
+                ));
+            }
+            Some(b) if b > params.n && params.stream => {
+                return Err(ApiError::invalid(
+                    "best_of",
+                    "`best_of` above `n` cannot be streamed",
+                ));
+            }
+            Some(b) if b > params.n => {
+                let keep = params.n;
+                params.n = b;
+                params.logprobs = Some(params.logprobs.unwrap_or(0));
+                Some(keep)
+            }
+            _ => None,
+        };
+        Ok(Self {
+            echo,
+            keep,
+            logprobs,
+        })
+    }
+
+    /// The choices answered: each prompt's `keep` best by summed log-probability (all of them
+    /// without `best_of`), with the prompt's text in front when echoing.
+    fn best(
+        &self,
+        mut results: Vec<ChoiceResult>,
+        n: usize,
+        echoed: Option<&[String]>,
+    ) -> Vec<ChoiceResult> {
+        if let Some(keep) = self.keep {
+            let score =
+                |c: &ChoiceResult| c.tokens.iter().map(|t| f64::from(t.logprob)).sum::<f64>();
+            let mut kept = Vec::new();
+            while !results.is_empty() {
+                let rest = results.split_off(n.min(results.len()));
+                let mut group = std::mem::replace(&mut results, rest);
+                group.sort_by(|a, b| score(b).total_cmp(&score(a)));
+                group.truncate(keep);
+                kept.extend(group);
+            }
+            results = kept;
+        }
+        if let Some(texts) = echoed {
+            let per_prompt = self.keep.unwrap_or(n).max(1);
+            for (i, c) in results.iter_mut().enumerate() {
+                c.content.insert_str(0, &texts[i / per_prompt]);
+            }
+        }
+        results
+    }
+}
+
+/// Each prompt's text as `echo` repeats it (token ids decoded).
+fn echo_texts(state: &Shared, prompts: &[Prompt]) -> Vec<String> {
+    let tok = &state.model().tokenizer;
+    prompts
+        .iter()
+        .map(|p| match p {
+            Prompt::Text(t) => t.clone(),
+            Prompt::Ids(ids) => tok.decode(ids, false).unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// One prompt of a request: text is tokenized, token ids are taken as they are.
@@ -142,12 +255,28 @@ struct CompletionStream {
     logprobs: bool,
     /// Text offset of each choice so far (completions' `text_offset`).
     offsets: Vec<usize>,
+    /// With `echo`: each prompt's text, sent first by its choices.
+    echoed: Vec<String>,
+    /// Choices per prompt.
+    n: usize,
 }
 
 impl StreamFormat for CompletionStream {
     fn opening(&mut self, choices: usize) -> Vec<String> {
         self.offsets = vec![0; choices];
-        Vec::new()
+        if self.echoed.is_empty() {
+            return Vec::new();
+        }
+        let model = &self.state.served_model_name;
+        (0..choices)
+            .map(|i| {
+                let text = self.echoed[i / self.n.max(1)].clone();
+                self.offsets[i] = text.len();
+                to_json(&responses::completion_chunk(
+                    &self.id, model, i, text, None, None,
+                ))
+            })
+            .collect()
     }
 
     fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String> {

@@ -60,6 +60,36 @@ impl ParseSpec {
     }
 }
 
+/// A request's sequences (prompts × `n`) are admitted all or none: more than the server ever
+/// holds is a 400 (a retry cannot succeed), more than it has room for now a 503 before any is
+/// submitted (a concurrent request may still take the last places first; then the ones
+/// submitted are aborted and the request gets the 503).
+pub(crate) fn check_sequences(
+    engine: &engine::EngineHandle,
+    prompts: usize,
+    n: usize,
+) -> Result<(), ApiError> {
+    let sequences = prompts * n;
+    let c = engine.config();
+    let capacity = c.max_running + c.max_queued;
+    if sequences > capacity {
+        return Err(ApiError::invalid(
+            if prompts > 1 { "prompt" } else { "n" },
+            format!(
+                "this request asks for {sequences} sequences (prompts × n); the server runs and queues at most {capacity} (--max-running-requests + --max-queued-requests)"
+            ),
+        ));
+    }
+    let in_flight = engine.in_flight();
+    if sequences > 1 && in_flight + sequences > capacity {
+        return Err(ApiError::overloaded(format!(
+            "the server has room for {} more sequences, this request needs {sequences}; retry later",
+            capacity.saturating_sub(in_flight)
+        )));
+    }
+    Ok(())
+}
+
 /// What the client should see next.
 #[derive(Debug)]
 pub enum Update {
@@ -113,6 +143,7 @@ impl Generation {
         started: Instant,
     ) -> Result<Self, ApiError> {
         let engine = &state.model().engine;
+        check_sequences(engine, prompts.len(), params.n.max(1))?;
         let limit = engine
             .config()
             .context_length
@@ -263,8 +294,15 @@ impl Generation {
                 ..
             } => self.on_finished(index, reason.as_str(), spec_accept_length),
             TokenEvent::Failed(failure) => {
-                self.queue
-                    .push_back(Update::Failed(ApiError::internal(failure.to_string())));
+                let error = match &failure {
+                    // The request's own grammar went past llguidance's limits: its fault.
+                    engine::RequestFailure::Grammar(_) => ApiError::invalid(
+                        "response_format",
+                        format!("{failure}; simplify the schema or grammar"),
+                    ),
+                    _ => ApiError::internal(failure.to_string()),
+                };
+                self.queue.push_back(Update::Failed(error));
                 self.complete(Outcome::Error);
             }
         }

@@ -7,9 +7,11 @@
 //! generation, which aborts the request in the engine within one step.
 
 mod body;
+pub mod budget;
 mod chat;
 mod completions;
 pub mod error;
+mod fields;
 mod generate;
 #[cfg(test)]
 mod golden;
@@ -59,23 +61,38 @@ pub struct Loaded {
     pub template: Option<ChatTemplate>,
     /// Structured outputs over the model's vocabulary (or why they are not available).
     pub grammars: Result<grammar::Grammars, String>,
+    /// The most bytes of text one token stands for: a prompt of more bytes than the context
+    /// holds tokens × this cannot fit, and is refused before it is tokenized.
+    pub max_token_bytes: usize,
 }
 
 impl Loaded {
     /// The loaded model, with its grammars built over `tokenizer`'s vocabulary (ending where the
-    /// model's end-of-generation tokens are).
-    pub fn new(engine: EngineHandle, tokenizer: Tokenizer, template: Option<ChatTemplate>) -> Self {
+    /// model's end-of-generation tokens are) and compiled as `grammars` says.
+    pub fn new(
+        engine: EngineHandle,
+        tokenizer: Tokenizer,
+        template: Option<ChatTemplate>,
+        grammars: grammar::GrammarConfig,
+    ) -> Self {
         let tokenizer = Arc::new(tokenizer);
-        let grammars = grammar::Grammars::new(tokenizer.clone(), tokenizer.eog_ids())
-            .map_err(|e| e.to_string());
+        let grammars =
+            grammar::Grammars::with_config(tokenizer.clone(), tokenizer.eog_ids(), grammars)
+                .map_err(|e| e.to_string());
         if let Err(e) = &grammars {
             tracing::warn!("structured outputs are off: {e}");
         }
+        let max_token_bytes = (0..tokenizer.vocab_size() as u32)
+            .filter_map(|id| tokenizer.token_to_piece(id, true).map(<[u8]>::len))
+            .max()
+            .unwrap_or(1)
+            .max(1);
         Self {
             engine,
             tokenizer,
             template,
             grammars,
+            max_token_bytes,
         }
     }
 }
@@ -93,6 +110,8 @@ pub struct AppState {
     pub metrics: ServerMetrics,
     /// Largest request body accepted, bytes.
     pub max_body_bytes: usize,
+    /// The memory requests in preparation may hold together (`--max-request-memory-mb`).
+    pub budget: budget::RequestBudget,
     /// `--tool-call-parser`: requests with tools get their calls parsed out of the output.
     pub tool_parser: Option<ToolFormat>,
     /// `--reasoning-parser`: the thought goes to `reasoning_content`.
@@ -124,6 +143,7 @@ impl AppState {
             info,
             metrics: ServerMetrics::default(),
             max_body_bytes: 16 << 20,
+            budget: budget::RequestBudget::new(budget::RequestBudget::default_limit()),
             tool_parser: None,
             reasoning_parser: None,
             script: None,

@@ -12,6 +12,10 @@ pub const MAX_N: i64 = 16;
 pub const MAX_STOPS: usize = 16;
 /// Most `top_logprobs`.
 pub const MAX_TOP_LOGPROBS: i64 = 20;
+/// Most tokens `logit_bias` may bias (OpenAI takes 300; vLLM has no limit).
+pub const MAX_LOGIT_BIAS: usize = 1024;
+/// The largest bias, either way (OpenAI's range).
+pub const LOGIT_BIAS_RANGE: f64 = 100.0;
 
 #[derive(Debug, Clone)]
 pub struct GenParams {
@@ -35,10 +39,11 @@ pub struct GenParams {
 
 /// Reads the shared parameters (each checked in this order, so that a request with several
 /// mistakes is told about the same one). `chat` selects how `logprobs` is spelled: a boolean plus
-/// `top_logprobs` (chat) or an integer (completions).
-pub fn parse(body: &Body, chat: bool) -> Result<GenParams, ApiError> {
+/// `top_logprobs` (chat) or an integer (completions); `vocab` bounds `logit_bias`'s token ids.
+pub fn parse(body: &Body, chat: bool, vocab: usize) -> Result<GenParams, ApiError> {
     let max_tokens = max_tokens(body, chat)?;
-    let (sampling, seed) = sampling(body)?;
+    let (mut sampling, seed) = sampling(body)?;
+    sampling.logit_bias = logit_bias(body, vocab)?;
     let stop = stop(body)?;
     let stop_token_ids = stop_token_ids(body)?;
     let n = body.integer("n", 1, MAX_N)?.unwrap_or(1) as usize;
@@ -102,11 +107,64 @@ fn sampling(body: &Body) -> Result<(SamplingParams, Option<u64>), ApiError> {
             .number("repetition_penalty", 0.0, 10.0, true)?
             .unwrap_or(1.0) as f32,
         seed: seed.unwrap_or(0),
+        logit_bias: Vec::new(),
     };
     sampling
         .validate()
         .map_err(|m| ApiError::bad_request(m.to_string()))?;
     Ok((sampling, seed))
+}
+
+/// `logit_bias`: token ids (as the object's keys, OpenAI's form) to biases within
+/// ±[`LOGIT_BIAS_RANGE`], at most [`MAX_LOGIT_BIAS`] of them, sorted by id.
+fn logit_bias(body: &Body, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    const P: &str = "logit_bias";
+    let Some(v) = body.get(P) else {
+        return Ok(Vec::new());
+    };
+    let Value::Object(map) = v else {
+        return Err(ApiError::invalid(
+            P,
+            "`logit_bias` must be an object of token ids to biases",
+        ));
+    };
+    if map.len() > MAX_LOGIT_BIAS {
+        return Err(ApiError::invalid(
+            P,
+            format!(
+                "`logit_bias` has {} tokens; at most {MAX_LOGIT_BIAS}",
+                map.len()
+            ),
+        ));
+    }
+    let mut bias = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let id = key
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&id| (id as usize) < vocab)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    P,
+                    format!("`logit_bias` key {key:?} is not a token id below {vocab}"),
+                )
+            })?;
+        let b = value
+            .as_f64()
+            .filter(|b| b.abs() <= LOGIT_BIAS_RANGE)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    P,
+                    format!(
+                        "`logit_bias[{key:?}]` must be a number between -{LOGIT_BIAS_RANGE} and {LOGIT_BIAS_RANGE}"
+                    ),
+                )
+            })?;
+        bias.push((id, b as f32));
+    }
+    bias.sort_unstable_by_key(|&(id, _)| id);
+    Ok(bias)
 }
 
 /// `stop`: a string or a list of them, none empty, at most [`MAX_STOPS`].
@@ -186,6 +244,10 @@ fn include_usage(body: &Body) -> Result<bool, ApiError> {
     match body.get("stream_options") {
         None => Ok(false),
         Some(Value::Object(o)) => match o.get("include_usage") {
+            _ if o.keys().any(|k| k != "include_usage") => Err(ApiError::invalid(
+                "stream_options",
+                "`stream_options` takes `include_usage` only",
+            )),
             None | Some(Value::Null) => Ok(false),
             Some(Value::Bool(b)) => Ok(*b),
             Some(_) => Err(ApiError::invalid(
@@ -205,7 +267,7 @@ mod tests {
     use super::*;
 
     fn parse_json(json: &str, chat: bool) -> Result<GenParams, ApiError> {
-        parse(&Body::parse(json.as_bytes()).unwrap(), chat)
+        parse(&Body::parse(json.as_bytes()).unwrap(), chat, 100)
     }
 
     #[test]
@@ -227,6 +289,8 @@ mod tests {
             (p.logprobs, p.stop.clone(), p.seed),
             (Some(2), vec!["x".to_string()], Some(u64::MAX))
         );
+        let p = parse_json(r#"{"logit_bias": {"7": -100, "3": 2.5}}"#, true).unwrap();
+        assert_eq!(p.sampling.logit_bias, vec![(3, 2.5), (7, -100.0)]);
     }
 
     #[test]
@@ -245,6 +309,14 @@ mod tests {
             (r#"{"top_logprobs": 2}"#, "top_logprobs"),
             (r#"{"stream": "yes"}"#, "stream"),
             (r#"{"presence_penalty": 3}"#, "presence_penalty"),
+            (r#"{"logit_bias": {"100": 1}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"x": 1}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"5": 101}}"#, "logit_bias"),
+            (r#"{"logit_bias": [1]}"#, "logit_bias"),
+            (
+                r#"{"stream_options": {"continuous_usage_stats": true}}"#,
+                "stream_options",
+            ),
         ] {
             let e = parse_json(json, true).unwrap_err();
             assert_eq!(e.status.as_u16(), 400, "{json}");

@@ -4,16 +4,19 @@
 
 use crate::body::Body;
 use crate::error::ApiError;
+use crate::fields::{self, Route};
 use crate::params::GenParams;
 use crate::{AppState, Phase};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 
-/// The request body as a JSON object; a body over the limit is a 413 with an error body.
+/// The request body as a JSON object, its aliases rewritten and any field `route` does not read
+/// refused; a body over the limit is a 413 with an error body.
 pub(crate) fn read_body(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
+    route: Route,
 ) -> Result<Body, ApiError> {
     if state.phase() != Phase::Ready {
         return Err(not_ready(state));
@@ -28,7 +31,9 @@ pub(crate) fn read_body(
             ApiError::bad_request(format!("cannot read the request body: {e}"))
         }
     })?;
-    let body = Body::parse(&bytes)?;
+    let mut body = Body::parse(&bytes)?;
+    drop(bytes);
+    fields::normalise(&mut body, route)?;
     if let Some(m) = body.str("model")?
         && !m.is_empty()
         && m != state.served_model_name
@@ -59,6 +64,37 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
+}
+
+/// The most prompt bytes that can fit: the context's tokens at the tokenizer's most bytes a
+/// token.
+pub(crate) fn max_prompt_bytes(state: &AppState) -> usize {
+    let model = state.model();
+    let c = model.engine.config();
+    c.context_length
+        .min(c.kv_capacity_tokens())
+        .saturating_mul(model.max_token_bytes)
+}
+
+/// A prompt of `bytes` bytes of text that could not fit the context even at the tokenizer's most
+/// bytes per token is refused at once, before it is rendered or tokenized.
+pub(crate) fn check_prompt_bytes(
+    state: &AppState,
+    bytes: usize,
+    param: &str,
+) -> Result<(), ApiError> {
+    let most = max_prompt_bytes(state);
+    if bytes > most {
+        return Err(ApiError::invalid(
+            param,
+            format!(
+                "the prompt's text is {bytes} bytes; no prompt over {most} bytes fits the context ({} tokens of at most {} bytes each)",
+                most / state.model().max_token_bytes,
+                state.model().max_token_bytes
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A prompt that leaves no room for even one token is refused before anything is queued.

@@ -135,8 +135,10 @@ fn structural_tag(format: &Value) -> Result<StructuralTag, ApiError> {
     })
 }
 
-/// The compiled grammar for `spec` (off the async threads: a large schema takes a while), in
-/// its start state.
+/// The compiled grammar for `spec`, in its start state. Compiled on the grammar crate's own
+/// threads (with the stack and deadline it needs); this request waits for it on a blocking
+/// thread, never on the async ones. A spec that is invalid, past a limit, or too costly to
+/// compile is a 400 naming its parameter; a busy compiler is a 503 to retry.
 pub(crate) async fn compile(
     state: &Shared,
     spec: Option<GrammarSpec>,
@@ -152,13 +154,40 @@ pub(crate) async fn compile(
         })?;
         match grammars.compile(&spec) {
             Ok(g) => Ok(Some(Box::new(g) as Box<dyn TokenConstraint>)),
-            Err(GrammarError::Invalid(m)) => Err(ApiError::bad_request(format!(
-                "the requested output format cannot be used: {m}"
-            ))),
-            Err(e) => Err(ApiError::bad_request(e.to_string())),
+            Err(e) => Err(grammar_error(param_of(&spec), e)),
         }
     })
     .await
+}
+
+/// The request parameter a spec comes from.
+fn param_of(spec: &GrammarSpec) -> &'static str {
+    match spec {
+        GrammarSpec::Regex(_) => "regex",
+        GrammarSpec::Lark(_) => "ebnf",
+        GrammarSpec::ToolCall(_) | GrammarSpec::OptionalToolCalls(_) => "tools",
+        GrammarSpec::JsonSchema(_) | GrammarSpec::JsonObject | GrammarSpec::StructuralTag(_) => {
+            "response_format"
+        }
+    }
+}
+
+/// The API's answer to a grammar that cannot be had: the request's fault (invalid, past a
+/// limit, too costly, or one the compiler broke on) is a 400 naming `param`; a busy compiler a
+/// 503 with `Retry-After`; a model or server that cannot compile grammars a 400 or 503.
+fn grammar_error(param: &str, e: GrammarError) -> ApiError {
+    match e {
+        GrammarError::Invalid(_)
+        | GrammarError::Limit { .. }
+        | GrammarError::Deadline(_)
+        | GrammarError::Panicked(_) => ApiError::invalid(
+            param,
+            format!("the requested output format cannot be used: {e}"),
+        ),
+        GrammarError::Overloaded(_) => ApiError::overloaded(e.to_string()),
+        GrammarError::Vocabulary(_) => ApiError::bad_request(e.to_string()),
+        GrammarError::Unavailable(_) => ApiError::unavailable(e.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -169,6 +198,48 @@ mod tests {
     fn format(value: Value) -> Result<Option<GrammarSpec>, ApiError> {
         let body = json!({"response_format": value}).to_string();
         parse(&Body::parse(body.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn grammar_errors_are_400s_naming_the_parameter_or_503s_to_retry() {
+        let limit = GrammarError::Limit {
+            what: "properties of one object",
+            limit: 1000,
+            got: 7000,
+        };
+        let e = grammar_error(param_of(&GrammarSpec::Regex("a".into())), limit);
+        assert_eq!(
+            (e.status.as_u16(), e.param.as_deref()),
+            (400, Some("regex"))
+        );
+        assert!(
+            e.message
+                .contains("properties of one object: 7000, over the limit of 1000"),
+            "{}",
+            e.message
+        );
+        for (error, status) in [
+            (GrammarError::Invalid("bad".into()), 400),
+            (
+                GrammarError::Deadline(std::time::Duration::from_secs(10)),
+                400,
+            ),
+            (GrammarError::Panicked("boom".into()), 400),
+            (GrammarError::Overloaded(16), 503),
+            (GrammarError::Unavailable("gone".into()), 503),
+        ] {
+            let e = grammar_error("tools", error.clone());
+            assert_eq!(e.status.as_u16(), status, "{error:?}");
+            assert_eq!(
+                e.retry_after.is_some(),
+                matches!(error, GrammarError::Overloaded(_))
+            );
+        }
+        let ebnf = grammar_error(
+            param_of(&GrammarSpec::Lark("x".into())),
+            GrammarError::Invalid("x".into()),
+        );
+        assert_eq!(ebnf.param.as_deref(), Some("ebnf"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! and `/metrics` (`info.rs`); `/v1/*` behind the API key when there is one, and everything else
 //! a 404 with an error body.
 
+use crate::budget;
 use crate::chat::chat;
 use crate::completions::completions;
 use crate::error::ApiError;
@@ -16,14 +17,23 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_util::FutureExt;
 use protocol::{ModelCard, ModelList};
 use serde_json::json;
 
 /// The application's routes over `state`.
 pub fn router(state: Shared) -> Router {
-    let v1 = Router::new()
+    // The generating routes reserve their share of the request memory budget before their
+    // bodies are read.
+    let generating = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            budget::reserve_memory,
+        ));
+    let v1 = Router::new()
+        .merge(generating)
         .route("/v1/models", get(models))
         .route("/flush_cache", post(flush_cache).get(flush_cache))
         .route_layer(middleware::from_fn_with_state(
@@ -38,7 +48,33 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), catch_panic))
         .with_state(state)
+}
+
+/// A panic while handling a request is a 500 for that request alone (the connection and the
+/// server go on); it is logged and counted.
+async fn catch_panic(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let route = req.uri().path().to_string();
+    match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            state
+                .metrics
+                .panics
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::error!(route, panic = what, "a request's handler panicked");
+            ApiError::internal(format!("the server failed on this request: {what}")).into_response()
+        }
+    }
 }
 
 /// Empties the prefix cache (SGLang's `/flush_cache`); refused with a 400 while requests run.

@@ -20,6 +20,9 @@ use server::{AppState, Phase};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The exit status when the engine died or stalled (sysexits' EX_SOFTWARE).
+pub const EXIT_ENGINE_FAILED: i32 = 70;
+
 pub async fn run(cfg: ServeConfig) -> Result<(), Failure> {
     let running = start(cfg).await?;
     wait_for_signal().await;
@@ -69,6 +72,9 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
     state.tool_parser = cfg.tool_call_parser;
     state.reasoning_parser = cfg.reasoning_parser;
     state.script = cfg.script.clone();
+    if let Some(mb) = cfg.max_request_memory_mb {
+        state.budget = server::budget::RequestBudget::new(mb << 20);
+    }
     if state.script.is_some() {
         tracing::warn!("--scripted-output: replies come from the script, not the model");
     }
@@ -97,6 +103,17 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
         .map_err(|e| anyhow!("loading failed: {e}"))??;
     let engine = loaded.engine.clone();
     state.set_loaded(loaded);
+    // Crash-only: an engine that dies or stalls ends the process, for its supervisor to restart.
+    engine::watchdog::spawn(
+        engine.clone(),
+        Duration::from_secs_f64(cfg.watchdog_timeout),
+        |failure| {
+            tracing::error!("{failure}; exiting so that the server is restarted");
+            eprintln!("specula serve: {failure}; exiting");
+            std::process::exit(EXIT_ENGINE_FAILED);
+        },
+    )
+    .context("cannot start the watchdog")?;
     server::probe(&engine, Duration::from_secs(300))
         .await
         .map_err(|e| anyhow!("the warm-up generation failed: {e}"))?;

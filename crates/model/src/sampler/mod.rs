@@ -28,6 +28,9 @@ pub struct SamplingParams {
     /// Subtracted once if the token occurs in the output.
     pub presence_penalty: f32,
     pub seed: u64,
+    /// OpenAI's `logit_bias`: added to these tokens' logits after the penalties (−100 all but
+    /// bans a token, +100 all but forces it).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -41,6 +44,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
             seed: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -284,6 +288,12 @@ impl Sampler {
         if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
             for (&t, &n) in &self.output_counts {
                 logits[t as usize] -= p.frequency_penalty * n as f32 + p.presence_penalty;
+            }
+        }
+        for &(t, bias) in &p.logit_bias {
+            // A masked token (−∞) stays masked: a bias never lets a grammar's refusal through.
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += bias;
             }
         }
     }
@@ -593,6 +603,31 @@ mod tests {
         assert!((out.logprob.unwrap() as f64 - (3.0 - z.ln())).abs() < 1e-5);
         assert_eq!(s.sample(&mut logits(), None).logprob, None);
         assert_eq!(out.top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 3, 2]);
+    }
+
+    #[test]
+    fn logit_bias_moves_the_choice_and_bans_tokens() {
+        let biased = |bias: Vec<(u32, f32)>| SamplingParams {
+            logit_bias: bias,
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(biased(vec![(4, 100.0)]), &[]);
+        assert_eq!(s.sample(&mut logits(), None).token, 4);
+        // Both maxima banned: the next best is chosen.
+        let mut s = Sampler::new(biased(vec![(1, -100.0), (3, -100.0)]), &[]);
+        assert_eq!(s.sample(&mut logits(), None).token, 2);
+        // Sampling never draws a banned token.
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature: 1.0,
+                ..biased(vec![(1, -100.0), (3, -100.0)])
+            },
+            &[],
+        );
+        for _ in 0..200 {
+            let t = s.sample(&mut logits(), None).token;
+            assert!(t != 1 && t != 3, "{t}");
+        }
     }
 
     #[test]

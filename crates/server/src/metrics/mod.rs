@@ -81,6 +81,10 @@ pub struct ServerMetrics {
     finished: [AtomicU64; 4],
     pub rejected_overload: AtomicU64,
     pub rejected_invalid: AtomicU64,
+    /// Requests refused because requests in preparation held the memory budget.
+    pub rejected_memory: AtomicU64,
+    /// Requests whose handler panicked (answered 500; the server went on).
+    pub panics: AtomicU64,
     /// Tool calls parsed out of model output.
     pub tool_calls: AtomicU64,
     /// Tool-call markup whose body was not a call (returned as content).
@@ -96,6 +100,8 @@ impl Default for ServerMetrics {
             finished: Default::default(),
             rejected_overload: AtomicU64::new(0),
             rejected_invalid: AtomicU64::new(0),
+            rejected_memory: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
             tool_calls: AtomicU64::new(0),
             tool_call_errors: AtomicU64::new(0),
         }

@@ -280,6 +280,16 @@ pub static METRICS: &[Metric] = &[
         |s| s.server.rejected_overload.load(super::Relaxed).into(),
     ),
     Metric::counter(
+        "rejected_memory_requests_total",
+        "Requests refused (503) while requests in preparation held the request memory budget.",
+        |s| s.server.rejected_memory.load(super::Relaxed).into(),
+    ),
+    Metric::counter(
+        "request_panics_total",
+        "Requests whose handling panicked: each answered 500, the server went on.",
+        |s| s.server.panics.load(super::Relaxed).into(),
+    ),
+    Metric::counter(
         "tool_calls_total",
         "Tool calls parsed out of model output (--tool-call-parser).",
         |s| s.server.tool_calls.load(super::Relaxed).into(),

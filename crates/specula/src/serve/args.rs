@@ -67,6 +67,16 @@ pub struct ServeArgs {
     /// Seconds to finish in-flight requests after SIGTERM/SIGINT.
     #[arg(long, default_value = "30")]
     pub shutdown_timeout: Option<u64>,
+    /// Seconds the engine may go without finishing a step while requests are in flight before
+    /// the process exits non-zero (as it does at once if the engine thread dies), so that its
+    /// supervisor restarts it.
+    #[arg(long, default_value = "300")]
+    pub watchdog_timeout: Option<f64>,
+    /// Memory that requests being prepared (bodies, parsed JSON, rendered prompts, token ids)
+    /// may hold together, in MiB; a request that finds it taken gets 503 with Retry-After
+    /// [default: an eighth of the machine's memory, 256–4096].
+    #[arg(long)]
+    pub max_request_memory_mb: Option<usize>,
     /// Speculative decoding: NONE, NGRAM (prompt lookup), STANDALONE (a draft model, given by
     /// --speculative-draft-model-path) or EAGLE3 (a head: the given one, or the built-in one).
     #[arg(long, value_enum, ignore_case = true, default_value = "NONE")]
@@ -106,6 +116,16 @@ pub struct ServeArgs {
     /// Turn the radix prefix cache off: every prompt is computed in full.
     #[arg(long)]
     pub disable_radix_cache: bool,
+    /// Structured outputs: threads that compile grammars (schemas, regexes, EBNF) [default: 2].
+    #[arg(long)]
+    pub grammar_compile_threads: Option<usize>,
+    /// Structured outputs: seconds a grammar may wait for a compile thread, and then compile;
+    /// past the first the request gets 503, past the second 400 [default: 10].
+    #[arg(long)]
+    pub grammar_compile_timeout: Option<f64>,
+    /// Structured outputs: MiB of compiled grammars kept for reuse (estimated) [default: 256].
+    #[arg(long)]
+    pub grammar_cache_mb: Option<usize>,
     /// Structured outputs: do not verify the tokens a grammar forces (a schema's keys, JSON
     /// punctuation) as drafts of sequences that speculation does not draft.
     #[arg(long)]
@@ -143,10 +163,31 @@ pub struct ServeArgs {
     /// passes still run).
     #[arg(long, hide = true)]
     pub scripted_output: Option<PathBuf>,
+    /// For tests only: the engine thread panics or hangs at the first request after the
+    /// warm-up.
+    #[arg(long, hide = true, value_enum)]
+    #[serde(with = "opt_named")]
+    pub test_engine_fault: Option<TestEngineFault>,
     /// A TOML file with any of these settings (flags win over it).
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+}
+
+/// `--test-engine-fault`: what the engine thread does on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TestEngineFault {
+    Panic,
+    Hang,
+}
+
+impl TestEngineFault {
+    pub fn fault(self) -> engine::TestFault {
+        match self {
+            Self::Panic => engine::TestFault::Panic,
+            Self::Hang => engine::TestFault::Hang,
+        }
+    }
 }
 
 /// `--log-level`: SGLang's names, with `warn` and `critical` as aliases.

@@ -49,8 +49,13 @@ pub struct ServeConfig {
     #[serde(with = "named")]
     pub kv_cache_dtype: KvCacheDtype,
     pub shutdown_timeout: u64,
+    pub watchdog_timeout: f64,
+    pub max_request_memory_mb: Option<usize>,
     pub disable_radix_cache: bool,
     pub disable_grammar_forced_drafts: bool,
+    pub grammar_compile_threads: Option<usize>,
+    pub grammar_compile_timeout: Option<f64>,
+    pub grammar_cache_mb: Option<usize>,
     #[serde(with = "named")]
     pub schedule_policy: SchedulePolicy,
     pub hicache_storage_dir: Option<PathBuf>,
@@ -87,6 +92,8 @@ pub struct ServeConfig {
     pub reasoning_parser: Option<ReasoningFormat>,
     #[serde(skip_serializing)]
     scripted_output: Option<PathBuf>,
+    #[serde(skip_serializing, default, deserialize_with = "test_fault")]
+    pub test_engine_fault: Option<engine::TestFault>,
     /// The host tier's size: `Ratio(r)` of the KV pool or `Gb(size)`; `None` without one.
     #[serde(skip)]
     pub hicache: Option<HostTier>,
@@ -123,6 +130,17 @@ impl ServeConfig {
         }
         .validate()?;
         at_least_one("--threads", self.threads)?;
+        at_least_one("--max-request-memory-mb", self.max_request_memory_mb)?;
+        at_least_one("--grammar-compile-threads", self.grammar_compile_threads)?;
+        if self
+            .grammar_compile_timeout
+            .is_some_and(|t| !(t.is_finite() && t > 0.0))
+        {
+            bail!("--grammar-compile-timeout must be a positive number of seconds");
+        }
+        if !(self.watchdog_timeout.is_finite() && self.watchdog_timeout > 0.0) {
+            bail!("--watchdog-timeout must be a positive number of seconds");
+        }
         at_least_one("--context-length", self.context_length)?;
         self.hicache = self.host_tier()?;
         self.speculative = self.speculation()?;
@@ -136,6 +154,21 @@ impl ServeConfig {
             self.script = Some(read_script(path)?);
         }
         Ok(self)
+    }
+
+    /// How grammars are compiled and cached: the defaults, with the flags given.
+    pub fn grammar_config(&self) -> grammar::GrammarConfig {
+        let mut c = grammar::GrammarConfig::default();
+        if let Some(n) = self.grammar_compile_threads {
+            c.threads = n;
+        }
+        if let Some(t) = self.grammar_compile_timeout {
+            c.deadline = std::time::Duration::from_secs_f64(t);
+        }
+        if let Some(mb) = self.grammar_cache_mb {
+            c.cache_bytes = mb << 20;
+        }
+        c
     }
 
     fn host_tier(&self) -> anyhow::Result<Option<HostTier>> {
@@ -220,6 +253,13 @@ fn read_script(path: &std::path::Path) -> anyhow::Result<server::script::Script>
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     server::script::Script::parse(&text)
         .map_err(|e| anyhow!("--scripted-output {}: {e}", path.display()))
+}
+
+fn test_fault<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<engine::TestFault>, D::Error> {
+    let fault: Option<super::args::TestEngineFault> = layers::opt_named::deserialize(d)?;
+    Ok(fault.map(super::args::TestEngineFault::fault))
 }
 
 fn tool_format<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ToolFormat>, D::Error> {
@@ -378,8 +418,13 @@ mod tests {
             "activations",
             "kv_cache_dtype",
             "shutdown_timeout",
+            "watchdog_timeout",
+            "max_request_memory_mb",
             "disable_radix_cache",
             "disable_grammar_forced_drafts",
+            "grammar_compile_threads",
+            "grammar_compile_timeout",
+            "grammar_cache_mb",
             "schedule_policy",
             "hicache_storage_dir",
         ];

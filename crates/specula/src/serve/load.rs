@@ -67,6 +67,7 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
         hicache_storage_dir: s.hicache_storage_dir.clone(),
         model_fingerprint: fingerprint(path)?,
         grammar_forced_drafts: !s.disable_grammar_forced_drafts,
+        test_fault: s.test_engine_fault,
     };
     let mut config = config;
     if let Some(tier) = s.hicache {
@@ -75,7 +76,7 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
     let draft = load_draft(&model, s)?;
     let eog = tokenizer.eog_ids().to_vec();
     let engine = engine::start(model, draft, config, eog).context("cannot start the engine")?;
-    Ok(Loaded::new(engine, tokenizer, template))
+    Ok(Loaded::new(engine, tokenizer, template, s.grammar_config()))
 }
 
 /// The draft model (STANDALONE) or EAGLE-3 head (EAGLE3) `--speculative-draft-model-path`

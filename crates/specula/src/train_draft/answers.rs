@@ -122,6 +122,7 @@ pub async fn generate(
         hicache_storage_dir: None,
         model_fingerprint: String::new(),
         grammar_forced_drafts: false,
+        test_fault: None,
     };
     let eog = tokenizer.eog_ids().to_vec();
     let handle = engine::start(model, None, config, eog).context("cannot start the engine")?;
