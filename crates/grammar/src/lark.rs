@@ -119,7 +119,9 @@ impl<'a> Lexer<'a> {
             b'#' => skip_line(bytes, i),
             b'/' => {
                 let end = skip_quoted(bytes, i, b'/');
-                let rx = &self.text[i + 1..end.saturating_sub(1).max(i + 1)];
+                // Without its closing `/` (a regex left open ends at the line's end).
+                let closed = end > i + 1 && bytes[end - 1] == b'/';
+                let rx = &self.text[i + 1..end - usize::from(closed)];
                 scan_regex(
                     "bytes of a regex",
                     rx,
@@ -363,6 +365,19 @@ mod tests {
         assert!(scan("start: \"a\" | \"b\" | /c|d/ | \"e\"\n").is_err());
         let deep = format!("start: {}\"a\"{}", "(".repeat(17), ")".repeat(17));
         assert!(check(&deep).unwrap_err().to_string().contains("nesting"));
+    }
+
+    #[test]
+    fn a_regex_left_open_before_a_wide_char_is_scanned_not_sliced_mid_char() {
+        // Found by the fuzz targets: the open regex's last character was cut as if it were `/`.
+        for lark in [
+            "start: /é",
+            "start: /aé\nb: \"c\"",
+            "start: /\\é",
+            "start: /ab/",
+        ] {
+            check(lark).unwrap();
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ mod constraint;
 mod depth;
 mod ebnf;
 mod expand;
+#[cfg(test)]
+mod fuzz_tests;
 mod lark;
 mod limits;
 mod pool;

@@ -12,11 +12,14 @@ mod chat;
 mod completions;
 pub mod error;
 mod fields;
+#[cfg(test)]
+mod fuzz_tests;
 mod generate;
 #[cfg(test)]
 mod golden;
 mod health;
 mod info;
+pub mod listener;
 pub mod metrics;
 mod params;
 pub mod parsers;

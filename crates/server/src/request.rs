@@ -27,6 +27,14 @@ pub(crate) fn read_body(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the request body is over {} bytes", state.max_body_bytes),
             )
+        } else if let Some(t) = crate::listener::body_timeout(&e) {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s (--body-read-timeout)",
+                    t.0.as_secs_f64()
+                ),
+            )
         } else {
             ApiError::bad_request(format!("cannot read the request body: {e}"))
         }

@@ -47,6 +47,8 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
     if let Some(n) = cfg.threads {
         kernels::threads::set_count(n);
     }
+    let (fd_before, fd_after) = server::listener::raise_fd_limit();
+    tracing::debug!(fd_before, fd_after, "open-file limit");
     // 1. The port first: a taken port fails before the model loads.
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -81,13 +83,15 @@ pub async fn start(cfg: ServeConfig) -> Result<Running, Failure> {
     let state = Arc::new(state);
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = server::router(state.clone());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let server = tokio::spawn(server::listener::serve(
+        listener,
+        app,
+        cfg.connection_limits(),
+        state.metrics.connections.clone(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
     // The address (port 0 picks one) on stdout, for scripts and tests.
     println!(
         "specula serve: listening on http://{local} (loading {})",

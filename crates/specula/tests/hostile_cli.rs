@@ -395,3 +395,52 @@ fn an_engine_that_dies_or_hangs_ends_the_process_non_zero() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_and_slow_connections_cannot_starve_health() {
+    let s = Server::start(&[
+        "--max-connections",
+        "32",
+        "--body-read-timeout",
+        "0.5",
+        "--header-read-timeout",
+        "2",
+    ]);
+    let addr = s.url.trim_start_matches("http://").to_string();
+    // Ten times the cap of connections that never send a byte, and some that stop mid-header.
+    let mut idle = Vec::new();
+    for i in 0..320 {
+        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        if i % 4 == 0 {
+            use tokio::io::AsyncWriteExt;
+            let _ = c
+                .write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n")
+                .await;
+        }
+        idle.push(c);
+    }
+    for _ in 0..5 {
+        healthy(&s).await;
+    }
+    // A body that stops arriving is a 408 once its deadline passes.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    c.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"prompt\":",
+    )
+    .await
+    .unwrap();
+    let t = Instant::now();
+    let mut reply = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut reply))
+        .await
+        .expect("no answer to a stalled body")
+        .unwrap();
+    let head = String::from_utf8_lossy(&reply[..n]);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    eprintln!("stalled body answered after {:?}", t.elapsed());
+    assert!(metric(&s, "connections_evicted_total").await > 0.0);
+    assert!(metric(&s, "body_read_timeouts_total").await >= 1.0);
+    drop(idle);
+    healthy(&s).await;
+}

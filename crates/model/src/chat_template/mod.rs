@@ -13,6 +13,8 @@
 //! interpreter does (`True`/`False`, none as nothing, lists run together).
 
 mod clock;
+#[cfg(test)]
+mod fuzz_tests;
 mod messages;
 #[cfg(test)]
 mod tests;

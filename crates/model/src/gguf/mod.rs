@@ -4,6 +4,8 @@
 //! are there, so a truncated or corrupt file gives an error naming what is wrong, never a panic
 //! or a huge allocation.
 
+#[cfg(test)]
+pub(crate) mod fuzz_tests;
 mod reader;
 pub mod write;
 

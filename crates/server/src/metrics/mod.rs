@@ -85,6 +85,8 @@ pub struct ServerMetrics {
     pub rejected_memory: AtomicU64,
     /// Requests whose handler panicked (answered 500; the server went on).
     pub panics: AtomicU64,
+    /// The listener's connection counters (it is handed this to count into).
+    pub connections: std::sync::Arc<crate::listener::ConnectionStats>,
     /// Tool calls parsed out of model output.
     pub tool_calls: AtomicU64,
     /// Tool-call markup whose body was not a call (returned as content).
@@ -102,6 +104,7 @@ impl Default for ServerMetrics {
             rejected_invalid: AtomicU64::new(0),
             rejected_memory: AtomicU64::new(0),
             panics: AtomicU64::new(0),
+            connections: Default::default(),
             tool_calls: AtomicU64::new(0),
             tool_call_errors: AtomicU64::new(0),
         }

@@ -279,6 +279,36 @@ pub static METRICS: &[Metric] = &[
         "Requests refused at capacity (503).",
         |s| s.server.rejected_overload.load(super::Relaxed).into(),
     ),
+    Metric::gauge(
+        "open_connections",
+        "HTTP connections open now.",
+        |s| s.server.connections.open.load(super::Relaxed).into(),
+    ),
+    Metric::counter(
+        "connections_evicted_total",
+        "Idle connections closed to make room for a new one at --max-connections.",
+        |s| s.server.connections.evicted_total.load(super::Relaxed).into(),
+    ),
+    Metric::counter(
+        "connections_refused_total",
+        "Connections answered 503 at --max-connections with every one busy.",
+        |s| s.server.connections.refused_total.load(super::Relaxed).into(),
+    ),
+    Metric::counter(
+        "header_read_timeouts_total",
+        "Connections closed because request headers did not arrive within --header-read-timeout.",
+        |s| s.server.connections.header_timeouts_total.load(super::Relaxed).into(),
+    ),
+    Metric::counter(
+        "body_read_timeouts_total",
+        "Request bodies that did not arrive within --body-read-timeout (408).",
+        |s| s.server.connections.body_timeouts_total.load(super::Relaxed).into(),
+    ),
+    Metric::counter(
+        "keep_alive_timeouts_total",
+        "Keep-alive connections closed after --timeout-keep-alive without a request.",
+        |s| s.server.connections.keep_alive_timeouts_total.load(super::Relaxed).into(),
+    ),
     Metric::counter(
         "rejected_memory_requests_total",
         "Requests refused (503) while requests in preparation held the request memory budget.",

@@ -64,6 +64,21 @@ pub struct ServeArgs {
     #[arg(long, value_enum, ignore_case = true, default_value = KvCacheDtype::default_name())]
     #[serde(with = "opt_named")]
     pub kv_cache_dtype: Option<KvCacheDtype>,
+    /// Seconds a client may take to send a request's headers (from connecting, or from the end
+    /// of the previous response on a kept-alive connection); then the connection is closed.
+    #[arg(long, default_value = "10")]
+    pub header_read_timeout: Option<f64>,
+    /// Seconds a request's body may take to arrive; past them the request gets 408.
+    #[arg(long, default_value = "30")]
+    pub body_read_timeout: Option<f64>,
+    /// Seconds a kept-alive connection may stay silent between requests (uvicorn's name).
+    #[arg(long, default_value = "5")]
+    pub timeout_keep_alive: Option<f64>,
+    /// Open connections at most; at the cap a new one closes the longest-idle one, or gets 503
+    /// when all are busy [default: the descriptor limit (raised to its hard limit at start-up)
+    /// less 256, at most 16384].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// Seconds to finish in-flight requests after SIGTERM/SIGINT.
     #[arg(long, default_value = "30")]
     pub shutdown_timeout: Option<u64>,

@@ -48,6 +48,10 @@ pub struct ServeConfig {
     pub activations: ActMode,
     #[serde(with = "named")]
     pub kv_cache_dtype: KvCacheDtype,
+    pub header_read_timeout: f64,
+    pub body_read_timeout: f64,
+    pub timeout_keep_alive: f64,
+    pub max_connections: Option<usize>,
     pub shutdown_timeout: u64,
     pub watchdog_timeout: f64,
     pub max_request_memory_mb: Option<usize>,
@@ -138,8 +142,16 @@ impl ServeConfig {
         {
             bail!("--grammar-compile-timeout must be a positive number of seconds");
         }
-        if !(self.watchdog_timeout.is_finite() && self.watchdog_timeout > 0.0) {
-            bail!("--watchdog-timeout must be a positive number of seconds");
+        at_least_one("--max-connections", self.max_connections)?;
+        for (flag, secs) in [
+            ("--watchdog-timeout", self.watchdog_timeout),
+            ("--header-read-timeout", self.header_read_timeout),
+            ("--body-read-timeout", self.body_read_timeout),
+            ("--timeout-keep-alive", self.timeout_keep_alive),
+        ] {
+            if !(secs.is_finite() && secs > 0.0) {
+                bail!("{flag} must be a positive number of seconds");
+            }
         }
         at_least_one("--context-length", self.context_length)?;
         self.hicache = self.host_tier()?;
@@ -154,6 +166,20 @@ impl ServeConfig {
             self.script = Some(read_script(path)?);
         }
         Ok(self)
+    }
+
+    /// What the listener holds connections to: these settings, the cap derived from the
+    /// descriptor limit unless given (raise it first).
+    pub fn connection_limits(&self) -> server::listener::ConnectionLimits {
+        let secs = std::time::Duration::from_secs_f64;
+        server::listener::ConnectionLimits {
+            header_read_timeout: secs(self.header_read_timeout),
+            body_read_timeout: secs(self.body_read_timeout),
+            keep_alive_timeout: secs(self.timeout_keep_alive),
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(server::listener::default_max_connections),
+        }
     }
 
     /// How grammars are compiled and cached: the defaults, with the flags given.
@@ -419,6 +445,10 @@ mod tests {
             "kv_cache_dtype",
             "shutdown_timeout",
             "watchdog_timeout",
+            "header_read_timeout",
+            "body_read_timeout",
+            "timeout_keep_alive",
+            "max_connections",
             "max_request_memory_mb",
             "disable_radix_cache",
             "disable_grammar_forced_drafts",

@@ -159,7 +159,7 @@ fn capture_layers(v: &Value, n_layers: usize) -> Result<[usize; 3], Eagle3Error>
             for (o, x) in out.iter_mut().zip(a) {
                 *o = x
                     .as_u64()
-                    .map(|id| id as usize + 1)
+                    .and_then(|id| usize::try_from(id).ok()?.checked_add(1))
                     .filter(|&l| l < n_layers)
                     .ok_or_else(|| {
                         Eagle3Error::WrongTarget(format!(

@@ -234,7 +234,7 @@ impl<'a> Tensors<'a> {
         let ids: Vec<i64> = offsets
             .iter()
             .enumerate()
-            .map(|(i, &d)| i as i64 + d)
+            .map(|(i, &d)| (i as i64).saturating_add(d))
             .collect();
         checked_target_ids(&ids, vocab)
     }
