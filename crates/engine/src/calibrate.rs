@@ -39,21 +39,21 @@ impl Engine {
         let Some(spec) = self.speculator.as_mut().filter(|s| s.is_adaptive()) else {
             return;
         };
-        let vocab = self.model.config.vocab_size as u32;
+        let vocab = self.target.vocab_size() as u32;
         let tokens: Vec<u32> = (0..(CONTEXT + MAX_ROWS) as u32)
             .map(|i| (100 + i * 7919) % vocab)
             .collect();
-        let per_seq = (CONTEXT + MAX_ROWS).div_ceil(self.runner.block_size());
+        let per_seq = (CONTEXT + MAX_ROWS).div_ceil(self.scheduler.pool().block_size());
         let free = self.scheduler.pool().free_blocks();
         let seqs = (free / per_seq).min(4);
-        if seqs == 0 || CONTEXT + MAX_ROWS > self.model.config.context_length {
+        if seqs == 0 || CONTEXT + MAX_ROWS > self.target.context_length() {
             return;
         }
         let tables: Vec<Vec<u32>> = (0..seqs)
             .map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect())
             .collect();
         let prefill: Vec<SeqInput<'_>> = tables.iter().map(|t| input(&tokens, t, 0)).collect();
-        if self.runner.forward(&self.model, &prefill).is_err() {
+        if self.target.forward(&prefill, None).is_err() {
             return;
         }
         let kappa = spec.kappa();
@@ -71,7 +71,7 @@ impl Engine {
                     .map(|t| input(&tokens, t, rows))
                     .collect();
                 let started = Instant::now();
-                if self.runner.forward(&self.model, &batch).is_err() {
+                if self.target.forward(&batch, None).is_err() {
                     return;
                 }
                 let work = (n * rows) as f64 * (1.0 + kappa);

@@ -21,7 +21,7 @@ pub(crate) struct Forward {
 
 impl Engine {
     pub(crate) fn forward(&mut self, plan: &StepPlan) -> Forward {
-        let unreadable = self.copy_between_tiers(&plan.copies);
+        let unreadable = self.tiers.copy_all(self.target.as_mut(), &plan.copies);
         let lost = self.scheduler.holders(&unreadable);
         let inputs: Vec<SeqInput<'_>> = plan
             .batch
@@ -72,7 +72,7 @@ impl Engine {
                 seqs: &marks,
             });
         let started = Instant::now();
-        let logits = self.runner.forward_capturing(&self.model, &inputs, capture);
+        let logits = self.target.forward(&inputs, capture);
         Forward {
             unreadable,
             lost,

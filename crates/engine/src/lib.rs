@@ -9,11 +9,16 @@ mod grammar_drafts;
 mod kv_files;
 mod stats;
 mod step_loop;
+mod target;
 mod tiers;
 mod update;
 mod validate;
 pub mod watchdog;
 
+#[cfg(test)]
+mod tests;
+
+pub use speculative::Draft;
 pub use validate::ConfigError;
 
 pub use scheduler::{FlushError, SchedulePolicy, SchedulerConfig};
@@ -42,8 +47,8 @@ pub struct EngineConfig {
     pub context_length: usize,
     /// Tokens per KV block.
     pub block_size: usize,
-    /// Speculative decoding, if on.
-    pub speculative: Option<SpecConfig>,
+    /// Speculation, when on (checked by `speculative`, which owns its settings).
+    pub speculative: Option<speculative::SpecConfig>,
     /// The radix prefix cache (off: `--disable-radix-cache`).
     pub prefix_cache: bool,
     /// `--schedule-policy`: admission order.
@@ -70,29 +75,6 @@ pub enum TestFault {
     Panic,
     /// The engine thread stops making progress (sleeps for good).
     Hang,
-}
-
-/// Speculative decoding settings (SGLang's flag names in the comments).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpecConfig {
-    /// `--speculative-algorithm`: `Ngram` (prompt lookup), `Standalone` or `Eagle3` (the
-    /// [`Draft`] given to [`start`]).
-    pub algorithm: speculative::Algorithm,
-    /// `--speculative-num-draft-tokens`: drafts a sequence verifies per step at most.
-    pub num_draft_tokens: usize,
-    /// `--speculative-eagle-topk`: candidates per draft-tree node (1 = chains).
-    pub topk: usize,
-    /// `--speculative-num-steps`: levels of a draft model's tree (its chains are
-    /// `num_draft_tokens` long).
-    pub num_steps: usize,
-    /// `--speculative-ngram-min-match-window` / `--speculative-ngram-max-match-window`.
-    pub ngram_min_window: usize,
-    pub ngram_max_window: usize,
-    /// `--speculative-disable-batch-threshold`: no speculation while more run.
-    pub disable_batch_threshold: Option<usize>,
-    /// `--speculative-adaptive`: drafts per sequence and step from the cost model and each
-    /// sequence's acceptance (see `speculative::adaptive`) instead of the fixed rule.
-    pub adaptive: bool,
 }
 
 impl EngineConfig {
@@ -277,15 +259,6 @@ pub enum StartError {
     Thread(#[from] std::io::Error),
 }
 
-/// What drafts for the target, besides prompt lookup.
-#[derive(Debug)]
-pub enum Draft {
-    /// A smaller model with the same vocabulary (`STANDALONE`).
-    Model(Box<Model>),
-    /// An EAGLE-3 head, checked against the target when loaded (`EAGLE3`).
-    Eagle3(Box<speculative::eagle3::Eagle3Head>),
-}
-
 /// Starts the engine thread on `model`; `end_of_generation` are the tokens that end a generation
 /// (unless a request ignores them).
 pub fn start(
@@ -307,9 +280,17 @@ pub fn start(
         .spawn(move || {
             // Cleared however the loop ends, a panic included.
             let _guard = guard;
+            let blocks = loop_config.kv_blocks();
+            let runner = model::Runner::new(&model, loop_config.block_size, blocks);
+            // Built here: a draft model's KV pool stays on the thread that made it.
+            let speculator = loop_config.speculative.map(|c| {
+                c.build(&model, draft, loop_config.block_size, blocks)
+                    .expect("validate() checked the draft against the algorithm")
+            });
+            let target = target::ModelTarget { model, runner };
             let engine = step_loop::Engine::new(
-                model,
-                draft,
+                Box::new(target),
+                speculator,
                 &loop_config,
                 sched,
                 end_of_generation,

@@ -5,19 +5,13 @@
 
 use crate::grammar_drafts::GrammarGuard;
 use crate::kv_files::KvFiles;
+use crate::target::Target;
 use crate::tiers::Tiers;
-use crate::{
-    Command, Draft, EngineConfig, EngineStats, GenerateRequest, RequestFailure, TokenEvent,
-};
+use crate::{Command, EngineConfig, EngineStats, GenerateRequest, RequestFailure, TokenEvent};
 use kvcache::BlockPool;
 use model::sampler::Sampler;
-use model::{Model, Runner};
 use scheduler::{DraftPlanner, Scheduler, SchedulerConfig, SeqId, StepPlan};
-use speculative::eagle3::{Eagle3Drafter, TokenEmbedding};
-use speculative::{
-    Algorithm, DraftModel, Drafter, NgramDrafter, NgramProposer, PolicyConfig, Speculator,
-    SpeculatorConfig,
-};
+use speculative::Speculator;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
@@ -45,16 +39,8 @@ impl Active {
     }
 }
 
-/// κ: the output head's multiply-adds per row relative to all layers' (see `speculative::adaptive`).
-fn logits_weight(c: &model::ModelConfig) -> f64 {
-    let q = c.n_heads * c.head_dim;
-    let per_layer = c.hidden * (q + 2 * c.kv_dim()) + q * c.hidden + 3 * c.hidden * c.ffn_hidden;
-    (c.vocab_size * c.hidden) as f64 / (c.n_layers * per_layer) as f64
-}
-
 pub(crate) struct Engine {
-    pub(crate) model: Model,
-    pub(crate) runner: Runner,
+    pub(crate) target: Box<dyn Target>,
     pub(crate) scheduler: Scheduler,
     pub(crate) active: HashMap<SeqId, Active>,
     pub(crate) end_of_generation: Vec<u32>,
@@ -70,17 +56,18 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
+    /// The engine over `target`, with `speculator` when speculation is on; calibrates the
+    /// adaptive policy's step costs before it returns.
     pub(crate) fn new(
-        model: Model,
-        draft: Option<Draft>,
+        target: Box<dyn Target>,
+        speculator: Option<Speculator>,
         config: &EngineConfig,
         sched: SchedulerConfig,
         end_of_generation: Vec<u32>,
         stats: Arc<EngineStats>,
         files: Option<KvFiles>,
     ) -> Self {
-        let blocks = config.kv_blocks();
-        let pool = BlockPool::with_blocks(config.block_size, blocks as u32)
+        let pool = BlockPool::with_blocks(config.block_size, config.kv_blocks() as u32)
             .expect("start() checked the block size and count");
         let mut scheduler = Scheduler::new(sched, pool).expect("start() validated the config");
         if let Some(f) = &files {
@@ -89,48 +76,9 @@ impl Engine {
             let restored = paths.iter().filter(|p| scheduler.restore_stored(p)).count();
             tracing::info!(restored, "prefix cache: stored blocks found");
         }
-        let runner = Runner::new(&model, config.block_size, blocks);
-        let tiers = Tiers::new(sched.host_blocks as usize * runner.block_bytes(), files);
-        let speculator = config.speculative.map(|c| {
-            let drafter: Box<dyn Drafter> = match (c.algorithm, draft) {
-                (Algorithm::Standalone, Some(Draft::Model(d))) => {
-                    Box::new(DraftModel::new(*d, config.block_size, blocks))
-                }
-                (Algorithm::Eagle3, Some(Draft::Eagle3(head))) => {
-                    let e = model.weights.embeddings.matrix(&model.file);
-                    let embedding = TokenEmbedding {
-                        dtype: e.dtype,
-                        width: e.cols,
-                        data: e.data.to_vec(),
-                    };
-                    Box::new(Eagle3Drafter::new(
-                        *head,
-                        embedding,
-                        config.block_size,
-                        blocks,
-                    ))
-                }
-                _ => Box::new(NgramDrafter(
-                    NgramProposer::new(c.ngram_min_window, c.ngram_max_window)
-                        .expect("start() validated the windows"),
-                )),
-            };
-            let config = SpeculatorConfig {
-                policy: PolicyConfig {
-                    num_draft_tokens: c.num_draft_tokens,
-                    disable_batch_threshold: c.disable_batch_threshold,
-                },
-                adaptive: c.adaptive,
-                topk: c.topk,
-                num_steps: c.num_steps,
-                kappa: logits_weight(&model.config),
-                max_match: c.ngram_max_window,
-            };
-            Speculator::new(config, drafter)
-        });
+        let tiers = Tiers::new(sched.host_blocks as usize * target.block_bytes(), files);
         let mut engine = Self {
-            model,
-            runner,
+            target,
             scheduler,
             active: HashMap::new(),
             end_of_generation,
@@ -158,10 +106,15 @@ impl Engine {
             while let Ok(cmd) = inbox.try_recv() {
                 self.handle(cmd);
             }
-            self.drop_abandoned();
-            self.make_test_fault();
-            self.step();
+            self.turn();
         }
+    }
+
+    /// What the loop does once its commands are in: drop what was abandoned, then one step.
+    pub(crate) fn turn(&mut self) {
+        self.drop_abandoned();
+        self.make_test_fault();
+        self.step();
     }
 
     /// `--test-engine-fault`: once a request after the warm-up (ids from 2) is active.
@@ -231,7 +184,7 @@ impl Engine {
         plan.drafts.keys().any(|id| !self.forced.contains(id))
     }
 
-    fn handle(&mut self, cmd: Command) {
+    pub(crate) fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Submit {
                 id,
@@ -271,7 +224,13 @@ impl Engine {
                 }
             }
             Command::PersistCache(reply) => {
-                let _ = reply.send(self.persist_cache());
+                let written = if self.tiers.has_storage() {
+                    let blocks = self.scheduler.persist_cache();
+                    self.tiers.persist(self.target.as_ref(), blocks)
+                } else {
+                    0
+                };
+                let _ = reply.send(written);
             }
             Command::FlushCache(reply) => {
                 let flushed = self.scheduler.flush_cache();

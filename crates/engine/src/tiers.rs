@@ -3,8 +3,8 @@
 //! between them and the device KV that planning asks for.
 
 use crate::kv_files::KvFiles;
-use crate::step_loop::Engine;
-use kvcache::{BlockId, KvCopy};
+use crate::target::Target;
+use kvcache::{BlockId, KvCopy, ToPersist};
 use model::ModelError;
 use std::io;
 
@@ -36,16 +36,19 @@ impl Tiers {
             files,
         }
     }
-}
 
-impl Engine {
-    /// Makes the plan's copies between the prefix cache's tiers, in order, before the forward
-    /// pass can overwrite a demoted block. Returns the device blocks that could not be read
-    /// back from storage.
-    pub(crate) fn copy_between_tiers(&mut self, copies: &[KvCopy]) -> Vec<u32> {
+    /// Whether there is a storage tier.
+    pub(crate) fn has_storage(&self) -> bool {
+        self.files.is_some()
+    }
+
+    /// Makes the plan's copies between the prefix cache's tiers and `target`'s device KV, in
+    /// order, before the forward pass can overwrite a demoted block. Returns the device blocks
+    /// that could not be read back from storage.
+    pub(crate) fn copy_all(&mut self, target: &mut dyn Target, copies: &[KvCopy]) -> Vec<u32> {
         let mut unreadable = Vec::new();
         for copy in copies {
-            let done = self.copy(copy);
+            let done = self.copy(target, copy);
             if let Err(e) = done {
                 tracing::error!("KV copy between cache tiers failed: {e}");
                 if let KvCopy::StorageToDevice { device, .. } = copy {
@@ -56,18 +59,16 @@ impl Engine {
         unreadable
     }
 
-    fn copy(&mut self, copy: &KvCopy) -> Result<(), TierError> {
-        let bytes = self.runner.block_bytes();
+    fn copy(&mut self, target: &mut dyn Target, copy: &KvCopy) -> Result<(), TierError> {
+        let bytes = target.block_bytes();
         let slot = |h: BlockId| h.index() * bytes..(h.index() + 1) * bytes;
-        let tiers = &mut self.tiers;
+        let tiers = self;
         match copy {
             KvCopy::ToHost { device, host } => {
-                self.runner
-                    .save_block(device.0, &mut tiers.host_kv[slot(*host)])?;
+                target.save_block(device.0, &mut tiers.host_kv[slot(*host)])?;
             }
             KvCopy::ToDevice { host, device } => {
-                self.runner
-                    .load_block(device.0, &tiers.host_kv[slot(*host)])?;
+                target.load_block(device.0, &tiers.host_kv[slot(*host)])?;
             }
             KvCopy::HostToStorage { host, key, tokens } => {
                 if let Some(f) = &tiers.files {
@@ -85,29 +86,29 @@ impl Engine {
                 files
                     .read(*key, Some(tokens), &mut data)
                     .map_err(TierError::Io)?;
-                self.runner.load_block(device.0, &data)?;
+                target.load_block(device.0, &data)?;
             }
         }
         Ok(())
     }
 
-    /// Writes every cached block the storage tier lacks (a shutdown); returns how many.
-    pub(crate) fn persist_cache(&mut self) -> usize {
-        let Some(files) = &self.tiers.files else {
+    /// Writes `blocks` (every cached block the storage tier lacks: a shutdown) from `target`'s
+    /// device KV or the host tier to storage; returns how many were written.
+    pub(crate) fn persist(&self, target: &dyn Target, blocks: Vec<ToPersist>) -> usize {
+        let Some(files) = &self.files else {
             return 0;
         };
-        let bytes = self.runner.block_bytes();
+        let bytes = target.block_bytes();
         let mut data = vec![0; bytes];
         let mut written = 0;
-        for block in self.scheduler.persist_cache() {
+        for block in blocks {
             let read: Result<(), TierError> = match block.from {
-                Ok(device) => self
-                    .runner
+                Ok(device) => target
                     .save_block(device.0, &mut data)
                     .map_err(TierError::from),
                 Err(host) => {
                     let at = host.index() * bytes;
-                    data.copy_from_slice(&self.tiers.host_kv[at..at + bytes]);
+                    data.copy_from_slice(&self.host_kv[at..at + bytes]);
                     Ok(())
                 }
             };

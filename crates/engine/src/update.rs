@@ -201,7 +201,7 @@ impl Engine {
                 .iter()
                 .enumerate()
                 .filter(|&(k, &n)| n != k + 1)
-                .try_for_each(|(k, &n)| self.runner.move_kv(blocks, start + n, start + k + 1));
+                .try_for_each(|(k, &n)| self.target.move_kv(blocks, start + n, start + k + 1));
             if let Err(e) = moved {
                 tracing::error!("moving verified KV failed: {e}");
                 row.failed = Some(RequestFailure::Forward(e.to_string()));

@@ -4,7 +4,7 @@ use crate::kv_files::KvFiles;
 use crate::{Draft, EngineConfig};
 use model::Model;
 use scheduler::SchedulerConfig;
-use speculative::{Algorithm, DraftError, WindowError};
+use speculative::SpecError;
 use std::path::PathBuf;
 
 /// Why the engine cannot start with these settings.
@@ -21,26 +21,7 @@ pub enum ConfigError {
     #[error(transparent)]
     Scheduler(#[from] scheduler::ConfigError),
     #[error(transparent)]
-    Windows(#[from] WindowError),
-    #[error(
-        "--speculative-num-draft-tokens, --speculative-eagle-topk and --speculative-num-steps must be at least 1"
-    )]
-    NoDrafts,
-    #[error(transparent)]
-    Vocabulary(#[from] DraftError),
-    #[error("STANDALONE speculation needs a draft model (--speculative-draft-model-path)")]
-    NoDraftModel,
-    #[error("EAGLE3 speculation needs an EAGLE-3 head (--speculative-draft-model-path)")]
-    NoHead,
-    #[error(
-        "--speculative-draft-model-path gives {given}, which {algorithm} speculation does not use"
-    )]
-    WrongDraft {
-        given: &'static str,
-        algorithm: Algorithm,
-    },
-    #[error("speculative settings with algorithm NONE")]
-    AlgorithmNone,
+    Speculation(#[from] SpecError),
     #[error("--hicache-storage-dir needs --enable-hierarchical-cache")]
     StorageNeedsHostTier,
     #[error("cannot use the storage directory {}: {source}", dir.display())]
@@ -76,27 +57,7 @@ pub(crate) fn validate(
     };
     sched.validate()?;
     if let Some(spec) = &config.speculative {
-        speculative::NgramProposer::new(spec.ngram_min_window, spec.ngram_max_window)?;
-        if spec.num_draft_tokens == 0 || spec.topk == 0 || spec.num_steps == 0 {
-            return Err(ConfigError::NoDrafts);
-        }
-        match (spec.algorithm, draft) {
-            (Algorithm::None, _) => return Err(ConfigError::AlgorithmNone),
-            (Algorithm::Standalone, Some(Draft::Model(d))) => {
-                speculative::check_vocabulary(&d.file, &model.file)?;
-            }
-            (Algorithm::Standalone, None) => return Err(ConfigError::NoDraftModel),
-            (Algorithm::Eagle3, Some(Draft::Eagle3(_))) => {}
-            (Algorithm::Eagle3, None) => return Err(ConfigError::NoHead),
-            (Algorithm::Ngram, None) => {}
-            (algorithm, Some(d)) => {
-                let given = match d {
-                    Draft::Model(_) => "a draft model",
-                    Draft::Eagle3(_) => "an EAGLE-3 head",
-                };
-                return Err(ConfigError::WrongDraft { given, algorithm });
-            }
-        }
+        spec.check_draft(model, draft)?;
     }
     let files = match &config.hicache_storage_dir {
         None => None,

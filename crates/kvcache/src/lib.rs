@@ -3,8 +3,6 @@
 //! Pure logic, no tensors: the model runner owns the K and V storage, cut into fixed-size blocks
 //! of `block_size` tokens; this crate decides which block ids each sequence uses.
 //!
-//! - [`layout`]: [`KvLayout`], bytes of KV per token and per block, to size the pool from a
-//!   memory budget.
 //! - [`pool`]: [`BlockPool`], the blocks, their reference counts and the free list, with the
 //!   queries the scheduler needs (free, used, usage, `can_allocate`).
 //! - [`radix`]: [`RadixCache`], the prefix cache: full blocks of earlier sequences kept in a
@@ -42,9 +40,9 @@
 //! decision: [`BlockPool::is_shared`] / [`BlockPool::ref_count`] say when.
 //!
 //! ```
-//! use kvcache::{BlockPool, PoolConfig};
+//! use kvcache::BlockPool;
 //!
-//! let pool = BlockPool::new(&PoolConfig::tokens(1024))?; // 64 blocks of 16 tokens
+//! let pool = BlockPool::with_blocks(16, 64)?; // 64 blocks of 16 tokens
 //! assert!(pool.can_allocate(100));
 //! let mut seq = pool.allocate(100)?; // the prompt: 7 blocks
 //! assert_eq!(seq.blocks_needed(12), 0); // the 7th block has room for 12 more
@@ -57,7 +55,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod layout;
 pub mod pool;
 pub mod radix;
 pub mod table;
@@ -65,10 +62,7 @@ pub mod table;
 #[cfg(test)]
 mod proptests;
 
-pub use layout::KvLayout;
-pub use pool::{
-    BlockId, BlockPool, Capacity, ConfigError, DEFAULT_BLOCK_SIZE, OutOfBlocks, PoolConfig,
-};
+pub use pool::{BlockId, BlockPool, ConfigError, DEFAULT_BLOCK_SIZE, OutOfBlocks};
 pub use radix::{FNV_OFFSET, KvCopy, RadixCache, RadixStats, Reuse, ToPersist, fnv1a, path_key};
 #[cfg(test)]
 pub use table::BlockCopy;

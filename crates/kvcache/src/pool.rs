@@ -7,7 +7,6 @@ use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
 
-use crate::layout::KvLayout;
 use crate::table::BlockTable;
 
 /// Tokens per block unless configured otherwise (as in vLLM).
@@ -36,87 +35,13 @@ impl fmt::Display for BlockId {
     }
 }
 
-/// How big the pool is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Capacity {
-    /// Exactly this many blocks.
-    Blocks(u32),
-    /// Room for this many tokens, rounded down to whole blocks.
-    Tokens(u64),
-    /// As many whole blocks as fit in `budget_bytes` for this model's KV layout.
-    Memory { budget_bytes: u64, layout: KvLayout },
-}
-
-/// Everything needed to build a [`BlockPool`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolConfig {
-    /// Tokens per block.
-    pub block_size: usize,
-    pub capacity: Capacity,
-}
-
-impl PoolConfig {
-    /// A pool with room for `tokens` tokens in blocks of [`DEFAULT_BLOCK_SIZE`].
-    pub const fn tokens(tokens: u64) -> Self {
-        Self {
-            block_size: DEFAULT_BLOCK_SIZE,
-            capacity: Capacity::Tokens(tokens),
-        }
-    }
-
-    /// A pool filling `budget_bytes` of KV memory in blocks of [`DEFAULT_BLOCK_SIZE`].
-    pub const fn memory(budget_bytes: u64, layout: KvLayout) -> Self {
-        Self {
-            block_size: DEFAULT_BLOCK_SIZE,
-            capacity: Capacity::Memory {
-                budget_bytes,
-                layout,
-            },
-        }
-    }
-
-    pub const fn with_block_size(mut self, block_size: usize) -> Self {
-        self.block_size = block_size;
-        self
-    }
-
-    /// The number of blocks this configuration gives, or why it is unusable.
-    pub fn num_blocks(&self) -> Result<u32, ConfigError> {
-        if self.block_size == 0 {
-            return Err(ConfigError::ZeroBlockSize);
-        }
-        let blocks = match self.capacity {
-            Capacity::Blocks(n) => u64::from(n),
-            Capacity::Tokens(t) => t / self.block_size as u64,
-            Capacity::Memory {
-                budget_bytes,
-                layout,
-            } => {
-                if layout.bytes_per_token() == 0 {
-                    return Err(ConfigError::ZeroBytesPerToken);
-                }
-                layout.blocks_in_budget(budget_bytes, self.block_size)
-            }
-        };
-        match u32::try_from(blocks) {
-            Ok(0) => Err(ConfigError::NoBlocks),
-            Ok(n) => Ok(n),
-            Err(_) => Err(ConfigError::TooManyBlocks(blocks)),
-        }
-    }
-}
-
-/// A [`PoolConfig`] that cannot make a pool.
+/// Why [`BlockPool::with_blocks`] cannot make a pool.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     #[error("KV block size must be at least one token")]
     ZeroBlockSize,
-    #[error("KV layout has zero bytes per token")]
-    ZeroBytesPerToken,
     #[error("KV cache capacity is smaller than one block")]
     NoBlocks,
-    #[error("KV cache capacity of {0} blocks exceeds the u32 block-id range")]
-    TooManyBlocks(u64),
 }
 
 /// Not enough free blocks for an allocation; nothing was allocated.
@@ -197,22 +122,21 @@ pub struct BlockPool {
 }
 
 impl BlockPool {
-    pub fn new(config: &PoolConfig) -> Result<Self, ConfigError> {
-        let n = config.num_blocks()?;
+    /// A pool of exactly `num_blocks` blocks of `block_size` tokens (the engine sizes it from
+    /// the runner's block bytes and its token budget).
+    pub fn with_blocks(block_size: usize, num_blocks: u32) -> Result<Self, ConfigError> {
+        if block_size == 0 {
+            return Err(ConfigError::ZeroBlockSize);
+        }
+        if num_blocks == 0 {
+            return Err(ConfigError::NoBlocks);
+        }
         Ok(Self {
             inner: Rc::new(RefCell::new(PoolInner {
-                block_size: config.block_size,
-                ref_counts: vec![0; n as usize],
-                free: (0..n).rev().map(BlockId).collect(),
+                block_size,
+                ref_counts: vec![0; num_blocks as usize],
+                free: (0..num_blocks).rev().map(BlockId).collect(),
             })),
-        })
-    }
-
-    /// A pool of exactly `num_blocks` blocks of `block_size` tokens.
-    pub fn with_blocks(block_size: usize, num_blocks: u32) -> Result<Self, ConfigError> {
-        Self::new(&PoolConfig {
-            block_size,
-            capacity: Capacity::Blocks(num_blocks),
         })
     }
 
@@ -320,48 +244,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn capacity_from_tokens_rounds_down() {
-        let c = PoolConfig::tokens(100);
-        assert_eq!(c.block_size, DEFAULT_BLOCK_SIZE);
-        assert_eq!(c.num_blocks(), Ok(6));
+    fn bad_sizes_are_errors() {
         assert_eq!(
-            PoolConfig::tokens(100).with_block_size(10).num_blocks(),
-            Ok(10)
-        );
-    }
-
-    #[test]
-    fn capacity_from_memory_budget() {
-        let layout = KvLayout::new(32, 8, 128, 2); // 128 KiB a token, 2 MiB a block
-        let pool = BlockPool::new(&PoolConfig::memory(1 << 30, layout)).unwrap();
-        assert_eq!(pool.total_blocks(), 512);
-        assert_eq!(pool.block_size(), 16);
-    }
-
-    #[test]
-    fn bad_configs_are_errors() {
-        let layout = KvLayout::new(1, 1, 1, 2);
-        assert_eq!(
-            PoolConfig::tokens(64).with_block_size(0).num_blocks(),
-            Err(ConfigError::ZeroBlockSize)
+            BlockPool::with_blocks(0, 8).err(),
+            Some(ConfigError::ZeroBlockSize)
         );
         assert_eq!(
-            PoolConfig::tokens(15).num_blocks(),
-            Err(ConfigError::NoBlocks)
+            BlockPool::with_blocks(16, 0).err(),
+            Some(ConfigError::NoBlocks)
         );
-        assert_eq!(
-            PoolConfig::memory(1 << 20, KvLayout::new(0, 1, 1, 2)).num_blocks(),
-            Err(ConfigError::ZeroBytesPerToken)
-        );
-        assert_eq!(
-            PoolConfig::memory(10, layout).num_blocks(),
-            Err(ConfigError::NoBlocks)
-        );
-        assert_eq!(
-            PoolConfig::tokens(u64::MAX).with_block_size(1).num_blocks(),
-            Err(ConfigError::TooManyBlocks(u64::MAX))
-        );
-        assert!(BlockPool::with_blocks(16, 0).is_err());
     }
 
     #[test]

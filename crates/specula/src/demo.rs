@@ -184,10 +184,7 @@ impl DemoArgs {
             args.speculative_algorithm = Some(algorithm);
             args.speculative_adaptive = !self.spec_fixed;
             args.speculative_num_draft_tokens = self.spec_num_draft_tokens;
-            if matches!(
-                algorithm,
-                speculative::Algorithm::Standalone | speculative::Algorithm::Eagle3
-            ) {
+            if algorithm.needs_draft() {
                 // The drafted chain is as long as the drafts verified.
                 args.speculative_num_steps = self.spec_num_draft_tokens;
                 args.speculative_draft_model_path = self.spec_draft_model_path.clone();
@@ -253,11 +250,11 @@ async fn compare_spec(args: &DemoArgs, flags: &RunArgs) -> Result<(), Failure> {
     let spec = cand_serve
         .speculative
         .ok_or_else(|| anyhow!("the candidate's settings lost speculation"))?;
-    let policy = if spec.adaptive { "adaptive" } else { "fixed" };
+    let policy = if spec.adaptive() { "adaptive" } else { "fixed" };
     let cand_label = format!("{algorithm}-{policy}").to_lowercase();
     let cand_about = format!(
         "{algorithm}, up to {} draft tokens, {policy} policy",
-        spec.num_draft_tokens
+        spec.num_draft_tokens()
     );
 
     let base = crate::serve::start(base_serve).await?;

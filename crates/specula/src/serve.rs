@@ -144,12 +144,12 @@ fn server_info(cfg: &ServeConfig) -> anyhow::Result<serde_json::Value> {
     info["speculative"] = match &cfg.speculative {
         None => "NONE".into(),
         Some(spec) => serde_json::json!({
-            "algorithm": spec.algorithm.to_string(),
+            "algorithm": spec.algorithm().to_string(),
             "draft_model_path": cfg.speculative_draft_model_path,
-            "num_draft_tokens": spec.num_draft_tokens,
-            "ngram_match_window": [spec.ngram_min_window, spec.ngram_max_window],
-            "disable_batch_threshold": spec.disable_batch_threshold,
-            "adaptive": spec.adaptive,
+            "num_draft_tokens": spec.num_draft_tokens(),
+            "ngram_match_window": spec.ngram_windows(),
+            "disable_batch_threshold": spec.disable_batch_threshold(),
+            "adaptive": spec.adaptive(),
         }),
     };
     info["tool_call_parser"] = cfg.tool_call_parser.map(|f| f.name()).into();

@@ -966,6 +966,25 @@ async fn prefixes_evicted_to_the_host_tier_come_back_with_the_same_output() {
 }
 
 #[tokio::test]
+async fn the_host_tier_holds_the_bytes_it_is_given_in_either_kv_dtype() {
+    // SmolLM2-135M: 30 layers × 3 KV heads × 64 dims × 16 tokens, keys and values: 184,320
+    // values a block, 4 bytes each in f32 and 2 in f16. `--hicache-size` is in GB, so the same
+    // size holds twice the blocks in f16.
+    for (dtype, value_bytes) in [("f32", 4), ("f16", 2)] {
+        let s = Server::start(&[
+            "--enable-hierarchical-cache",
+            "--hicache-size",
+            "0.1",
+            "--kv-cache-dtype",
+            dtype,
+        ]);
+        let info = get_json(&s, "/server_info").await;
+        let blocks = info["prefix_cache"]["host_blocks_total"].as_u64().unwrap();
+        assert_eq!(blocks, 100_000_000 / (184_320 * value_bytes), "{dtype}");
+    }
+}
+
+#[tokio::test]
 async fn a_restarted_server_with_a_storage_dir_reuses_its_prefixes() {
     let dir = std::env::temp_dir().join(format!("specula-hicache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -14,6 +14,7 @@
 //! extra rows cost their full price: that is what the policy weighs.
 
 pub mod adaptive;
+pub mod config;
 pub mod draft_model;
 pub mod drafter;
 pub mod eagle3;
@@ -23,12 +24,13 @@ pub mod speculator;
 pub mod verify;
 
 pub use adaptive::{Acceptance, CostModel, MatchAcceptance};
+pub use config::{Draft, NGRAM_DRAFT_TOKENS, SpecConfig, SpecError, SpecFlags};
 pub use draft_model::{DraftError, DraftModel, DraftRequest, DraftSampling, check_vocabulary};
 pub use drafter::{Drafter, Guess, NgramDrafter};
 pub use ngram::{NgramProposer, WindowError};
-pub use policy::{Budget, Policy, PolicyConfig};
+pub use policy::{Budget, Policy};
 pub use scheduler::DraftTree;
-pub use speculator::{DrafterSpent, Speculator, SpeculatorConfig};
+pub use speculator::{DrafterSpent, Speculator};
 pub use verify::Verdict;
 
 /// The speculative algorithm (SGLang's `--speculative-algorithm` values).
@@ -40,6 +42,14 @@ pub enum Algorithm {
     Standalone,
     /// A learned EAGLE-3 head reading the target's residual streams.
     Eagle3,
+}
+
+impl Algorithm {
+    /// Whether it drafts with something loaded beside the target (a draft model or a head,
+    /// `--speculative-draft-model-path`); prompt lookup does not.
+    pub fn needs_draft(self) -> bool {
+        matches!(self, Self::Standalone | Self::Eagle3)
+    }
 }
 
 /// The flag's spelling: `NONE`, `NGRAM`, `STANDALONE`, `EAGLE3`.

@@ -4,34 +4,28 @@
 //! cost their full price). Adaptive (`--speculative-adaptive`): up to `num_draft_tokens` each, as
 //! many as raise the batch's expected tokens per second (see [`crate::adaptive`]).
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PolicyConfig {
-    /// Most draft tokens a sequence verifies per step (`--speculative-num-draft-tokens`).
-    pub num_draft_tokens: usize,
-    /// No speculation while more than this many sequences run
-    /// (`--speculative-disable-batch-threshold`); `None`: always speculate.
-    pub disable_batch_threshold: Option<usize>,
-}
-
 #[derive(Debug, Clone)]
 pub struct Policy {
-    config: PolicyConfig,
+    /// Most draft tokens a sequence verifies per step (`--speculative-num-draft-tokens`).
+    num_draft_tokens: usize,
+    /// No speculation while more than this many sequences run
+    /// (`--speculative-disable-batch-threshold`); `None`: always speculate.
+    disable_batch_threshold: Option<usize>,
 }
 
 impl Policy {
-    pub fn new(config: PolicyConfig) -> Self {
-        Self { config }
-    }
-
-    pub fn config(&self) -> &PolicyConfig {
-        &self.config
+    pub fn new(num_draft_tokens: usize, disable_batch_threshold: Option<usize>) -> Self {
+        Self {
+            num_draft_tokens,
+            disable_batch_threshold,
+        }
     }
 
     /// Drafts each decoding sequence may verify this step, with `running` sequences running.
     pub fn drafts_per_sequence(&self, running: usize) -> usize {
-        match self.config.disable_batch_threshold {
+        match self.disable_batch_threshold {
             Some(limit) if running > limit => 0,
-            _ => self.config.num_draft_tokens,
+            _ => self.num_draft_tokens,
         }
     }
 }
@@ -64,17 +58,11 @@ mod tests {
 
     #[test]
     fn the_threshold_switches_speculation_off() {
-        let p = Policy::new(PolicyConfig {
-            num_draft_tokens: 5,
-            disable_batch_threshold: Some(4),
-        });
+        let p = Policy::new(5, Some(4));
         assert_eq!(p.drafts_per_sequence(1), 5);
         assert_eq!(p.drafts_per_sequence(4), 5);
         assert_eq!(p.drafts_per_sequence(5), 0);
-        let always = Policy::new(PolicyConfig {
-            num_draft_tokens: 3,
-            disable_batch_threshold: None,
-        });
+        let always = Policy::new(3, None);
         assert_eq!(always.drafts_per_sequence(500), 3);
     }
 }

@@ -9,29 +9,11 @@ use crate::verify::{self, Verdict};
 use crate::{
     Acceptance, Budget, CostModel, DraftRequest, DraftSampling, DraftTree, Drafter, Guess,
 };
-use crate::{MatchAcceptance, PolicyConfig};
+use crate::{MatchAcceptance, SpecConfig};
 use model::sampler::Sampler;
 use scheduler::{DraftPlanner, Granted, Load, SeqId, Sequence, StepPlan};
 use std::collections::HashMap;
 use std::time::Instant;
-
-/// How the component is set up (the engine's `--speculative-*` settings).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SpeculatorConfig {
-    /// `--speculative-num-draft-tokens` and `--speculative-disable-batch-threshold`.
-    pub policy: PolicyConfig,
-    /// `--speculative-adaptive`: drafts per sequence from the cost model (up to the number of
-    /// draft tokens; the threshold does not apply).
-    pub adaptive: bool,
-    /// `--speculative-eagle-topk`: candidates per draft-tree node (1 = chains).
-    pub topk: usize,
-    /// `--speculative-num-steps`: levels of a draft model's tree.
-    pub num_steps: usize,
-    /// κ: the output head's work per row relative to all layers' (see [`adaptive`]).
-    pub kappa: f64,
-    /// The longest n-gram match prompt lookup reports (`--speculative-ngram-max-match-window`).
-    pub max_match: usize,
-}
 
 /// One sequence's state across steps.
 #[derive(Debug, Clone)]
@@ -91,25 +73,30 @@ pub struct Speculator {
 }
 
 impl Speculator {
-    pub fn new(config: SpeculatorConfig, drafter: Box<dyn Drafter>) -> Self {
-        let budget = if config.adaptive {
-            Budget::Adaptive {
-                num_draft_tokens: config.policy.num_draft_tokens,
-            }
+    /// The component for `config`, pricing a row's logits at `kappa` (κ: the output head's
+    /// work per row relative to all layers', see [`adaptive`]; [`crate::config::logits_weight`]),
+    /// drafting with `drafter`.
+    pub fn new(config: &SpecConfig, kappa: f64, drafter: Box<dyn Drafter>) -> Self {
+        let num_draft_tokens = config.num_draft_tokens();
+        let budget = if config.adaptive() {
+            Budget::Adaptive { num_draft_tokens }
         } else {
-            Budget::Fixed(crate::Policy::new(config.policy))
+            Budget::Fixed(crate::Policy::new(
+                num_draft_tokens,
+                config.disable_batch_threshold(),
+            ))
         };
         Self {
             budget,
             drafter,
-            topk: config.topk,
-            num_steps: config.num_steps,
+            topk: config.topk(),
+            num_steps: config.num_steps(),
             cost: CostModel::default(),
-            logit_work: 1.0 + config.kappa,
+            logit_work: 1.0 + kappa,
             draft_seconds: 0.0,
             catch_up_seconds: 0.0,
             spent: DrafterSpent::default(),
-            by_match: MatchAcceptance::new(config.max_match),
+            by_match: MatchAcceptance::new(config.ngram_windows().1),
             seqs: HashMap::new(),
             decoding: Vec::new(),
             candidates: Vec::new(),
@@ -164,7 +151,7 @@ impl Speculator {
         self.budget.is_adaptive()
     }
 
-    /// κ (see [`SpeculatorConfig::kappa`]).
+    /// κ (see [`Speculator::new`]).
     pub fn kappa(&self) -> f64 {
         self.logit_work - 1.0
     }

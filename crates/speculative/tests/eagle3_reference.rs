@@ -3,7 +3,8 @@
 //! the captured target states through `fc`, two fed the head's own carried output), logits and
 //! carries within f32 rounding.
 
-use speculative::eagle3::{Eagle3Head, HeadCache, TargetShape};
+use speculative::eagle3::reference::HeadCache;
+use speculative::eagle3::{Eagle3Head, TargetShape};
 use std::path::PathBuf;
 
 fn floats(v: &serde_json::Value) -> Vec<f32> {

@@ -13,10 +13,6 @@ use server::parsers::{ReasoningFormat, ToolFormat};
 use speculative::Algorithm;
 use std::path::PathBuf;
 
-/// Draft tokens an NGRAM sequence verifies per step without --speculative-num-draft-tokens (its
-/// help says so; the default depends on the algorithm, so clap cannot hold it).
-const NGRAM_DRAFT_TOKENS: usize = 8;
-
 /// How big the prefix cache's host tier is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum HostTier {
@@ -103,7 +99,7 @@ pub struct ServeConfig {
     pub hicache: Option<HostTier>,
     /// Speculation, when on.
     #[serde(skip)]
-    pub speculative: Option<engine::SpecConfig>,
+    pub speculative: Option<speculative::SpecConfig>,
     /// `--scripted-output`, read.
     #[serde(skip)]
     pub script: Option<server::script::Script>,
@@ -156,10 +152,7 @@ impl ServeConfig {
         at_least_one("--context-length", self.context_length)?;
         self.hicache = self.host_tier()?;
         self.speculative = self.speculation()?;
-        if !matches!(
-            self.speculative_algorithm,
-            Algorithm::Standalone | Algorithm::Eagle3
-        ) {
+        if !self.speculative.is_some_and(|c| c.needs_draft()) {
             self.speculative_draft_model_path = None;
         }
         if let Some(path) = &self.scripted_output {
@@ -215,55 +208,22 @@ impl ServeConfig {
         Ok(Some(tier))
     }
 
-    /// Speculation's settings; the draft-token count and the steps are checked by the engine
-    /// when it starts.
-    fn speculation(&self) -> anyhow::Result<Option<engine::SpecConfig>> {
-        let (algorithm, steps, topk) = (
-            self.speculative_algorithm,
-            self.speculative_num_steps,
-            self.speculative_eagle_topk,
-        );
-        if topk == 0 {
-            bail!("--speculative-eagle-topk must be at least 1 (1 drafts a chain)");
-        }
-        let asked = self.speculative_num_draft_tokens;
-        let num_draft_tokens = match algorithm {
-            Algorithm::None => return Ok(None),
-            // A chain of num_steps drafts, capped by num_draft_tokens if given; a tree's
-            // num_steps levels of topk, of which num_draft_tokens are verified.
-            Algorithm::Standalone if topk == 1 => asked.map_or(steps, |n| n.min(steps)),
-            Algorithm::Standalone => asked.unwrap_or(steps * topk),
-            Algorithm::Ngram => asked.unwrap_or(NGRAM_DRAFT_TOKENS),
-            // SGLang's meaning: the verified tokens, the root included; a chain is num_steps
-            // drafts whatever is asked (SGLang sets the count to num_steps + 1).
-            Algorithm::Eagle3 if topk == 1 => steps,
-            Algorithm::Eagle3 => match asked {
-                Some(n) if n < 2 => bail!(
-                    "--speculative-num-draft-tokens counts the root for EAGLE3: give at least 2"
-                ),
-                Some(n) => n - 1,
-                None => steps * topk,
+    /// Speculation's settings, checked (and each algorithm's draft-token count derived) by
+    /// `speculative`, which owns them.
+    fn speculation(&self) -> anyhow::Result<Option<speculative::SpecConfig>> {
+        Ok(speculative::SpecConfig::from_flags(
+            speculative::SpecFlags {
+                algorithm: self.speculative_algorithm,
+                num_draft_tokens: self.speculative_num_draft_tokens,
+                num_steps: self.speculative_num_steps,
+                eagle_topk: self.speculative_eagle_topk,
+                ngram_min_match_window: self.speculative_ngram_min_match_window,
+                ngram_max_match_window: self.speculative_ngram_max_match_window,
+                disable_batch_threshold: self.speculative_disable_batch_threshold,
+                adaptive: self.speculative_adaptive,
+                draft_model_path: self.speculative_draft_model_path.is_some(),
             },
-        };
-        let (min, max) = (
-            self.speculative_ngram_min_match_window,
-            self.speculative_ngram_max_match_window,
-        );
-        // The drafter's own check (the engine makes it again when it starts, as any caller's).
-        speculative::NgramProposer::new(min, max)?;
-        if algorithm == Algorithm::Standalone && self.speculative_draft_model_path.is_none() {
-            bail!("--speculative-algorithm STANDALONE needs --speculative-draft-model-path");
-        }
-        Ok(Some(engine::SpecConfig {
-            algorithm,
-            num_draft_tokens,
-            topk,
-            num_steps: steps,
-            ngram_min_window: min,
-            ngram_max_window: max,
-            disable_batch_threshold: self.speculative_disable_batch_threshold,
-            adaptive: self.speculative_adaptive,
-        }))
+        )?)
     }
 }
 
@@ -368,8 +328,8 @@ mod tests {
         // A switch the command line leaves off does not turn the file's off.
         assert!(cfg.disable_radix_cache);
         let spec = cfg.speculative.unwrap();
-        assert_eq!((spec.algorithm, spec.topk), (Algorithm::Ngram, 2));
-        assert_eq!(spec.num_draft_tokens, NGRAM_DRAFT_TOKENS);
+        assert_eq!((spec.algorithm(), spec.topk()), (Algorithm::Ngram, 2));
+        assert_eq!(spec.num_draft_tokens(), speculative::NGRAM_DRAFT_TOKENS);
         let cfg = command_line(&["serve", "--config", path, "--port", "30000"])
             .resolve()
             .unwrap();

@@ -81,10 +81,10 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
 
 /// The draft model (STANDALONE) or EAGLE-3 head (EAGLE3) `--speculative-draft-model-path`
 /// names, loaded and fitted to the target.
-fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<engine::Draft>> {
+fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<speculative::Draft>> {
     let eagle3 = s
         .speculative
-        .is_some_and(|c| c.algorithm == speculative::Algorithm::Eagle3);
+        .is_some_and(|c| c.algorithm() == speculative::Algorithm::Eagle3);
     let Some(path) = s.speculative_draft_model_path.as_deref() else {
         if !eagle3 {
             return Ok(None);
@@ -97,7 +97,7 @@ fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<engine::D
             );
         };
         tracing::info!(head = name, "EAGLE3 with the built-in head");
-        return Ok(Some(engine::Draft::Eagle3(Box::new(head))));
+        return Ok(Some(speculative::Draft::Eagle3(Box::new(head))));
     };
     if eagle3 {
         let target = crate::heads::target_shape(&model.config);
@@ -109,7 +109,7 @@ fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<engine::D
         };
         let head = speculative::eagle3::Eagle3Head::open(path, target, Some(output))
             .with_context(|| format!("cannot load the EAGLE-3 head {}", path.display()))?;
-        return Ok(Some(engine::Draft::Eagle3(Box::new(head))));
+        return Ok(Some(speculative::Draft::Eagle3(Box::new(head))));
     }
     // A file, or a model by name (pulled if missing), as `--model` takes.
     let p = crate::models::resolve(Some(path))?;
@@ -117,7 +117,7 @@ fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<engine::D
         Model::load(&p).with_context(|| format!("cannot load the draft model {}", p.display()))?;
     draft.activations = s.activations;
     draft.kv_cache_dtype = s.kv_cache_dtype.dtype();
-    Ok(Some(engine::Draft::Model(Box::new(draft))))
+    Ok(Some(speculative::Draft::Model(Box::new(draft))))
 }
 
 /// The host tier's size in blocks of this model's KV.
@@ -126,11 +126,9 @@ fn host_blocks(
     config: &engine::EngineConfig,
     tier: HostTier,
 ) -> anyhow::Result<usize> {
-    let c = &model.config;
-    // The KV store holds f32 keys and values.
-    let block_bytes =
-        kvcache::KvLayout::new(c.n_layers as u32, c.n_kv_heads as u32, c.head_dim as u32, 4)
-            .bytes_per_block(BLOCK_SIZE);
+    // The runner's own block size, in the store's dtype (`--kv-cache-dtype`), as the engine's
+    // host tier allocates it.
+    let block_bytes = model::Runner::block_bytes_for(model, config.block_size);
     let blocks = match tier {
         HostTier::Ratio(r) => (config.kv_blocks() as f64 * r) as usize,
         HostTier::Gb(gb) => (gb * 1e9 / block_bytes as f64) as usize,

@@ -11,30 +11,6 @@ use kernels::ops::{
     Gate, RopeFreqs, RopeMode, dot, gated_mul, rms_norm, rope_angles, rope_apply, softmax,
 };
 
-/// The head's keys and values of one sequence, position after position.
-#[derive(Debug, Clone, Default)]
-pub struct HeadCache {
-    keys: Vec<f32>,
-    values: Vec<f32>,
-}
-
-impl HeadCache {
-    /// Positions held.
-    pub fn len(&self, head: &Eagle3Head) -> usize {
-        self.keys.len() / head.kv_width()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    /// Forgets positions from `len` on (drafts that were rejected).
-    pub fn truncate(&mut self, head: &Eagle3Head, len: usize) {
-        self.keys.truncate(len * head.kv_width());
-        self.values.truncate(len * head.kv_width());
-    }
-}
-
 /// One row's results.
 #[derive(Debug, Clone)]
 pub struct HeadOutput {
@@ -58,27 +34,6 @@ impl Eagle3Head {
     /// Values of one position's key (or value): `n_kv_heads × head_dim`.
     pub fn kv_width(&self) -> usize {
         self.config.n_kv_heads * self.config.head_dim
-    }
-
-    /// Runs one row at position `cache.len()`: the token's `embedding` (`hidden` values) and
-    /// its `feature` (`3 × target_hidden` captured states, or `hidden` values from
-    /// [`HeadOutput::carry`]).
-    pub fn step(&self, cache: &mut HeadCache, embedding: &[f32], feature: &[f32]) -> HeadOutput {
-        let p = self.project(embedding, feature, cache.len(self));
-        cache.keys.extend_from_slice(&p.k);
-        cache.values.extend_from_slice(&p.v);
-        let kvw = self.kv_width();
-        let kv: Vec<(&[f32], &[f32])> = cache
-            .keys
-            .chunks_exact(kvw)
-            .zip(cache.values.chunks_exact(kvw))
-            .collect();
-        let attn = self.attend(&p.q, &kv);
-        let carry = self.finish(&attn, &p.residual);
-        HeadOutput {
-            logits: self.logits(&carry),
-            carry,
-        }
     }
 
     /// The first half of a row at `position`: the feature through `fc` if it is three captured

@@ -2,18 +2,19 @@
 //! by `fc`) beside the token's embedding and proposes tokens over a reduced vocabulary. This
 //! module loads a head in SGLang's checkpoint layout (a folder with `config.json` and
 //! safetensors: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`) or llama.cpp's GGUF form
-//! (`gguf.rs`), checked against its target, and runs its forward pass row by row (`forward.rs`).
+//! (`gguf.rs`), checked against its target, and runs its forward pass (`forward.rs`, batched in `batched.rs`; row by row in `reference`).
 
 mod batched;
 mod config;
 mod drafter;
 mod forward;
 mod gguf;
+pub mod reference;
 mod save;
 
 pub use config::{Eagle3Config, TargetShape, default_capture_layers};
 pub use drafter::{Eagle3Drafter, MAX_PENDING_ROWS, TokenEmbedding};
-pub use forward::{HeadCache, HeadOutput, Projected};
+pub use forward::{HeadOutput, Projected};
 pub use gguf::TargetOutput;
 pub use save::WeightDtype;
 

@@ -11,20 +11,30 @@ const VOCAB: usize = 32;
 /// A prompt that repeats, so prompt lookup finds the continuation `7, 8, 9, 10`.
 const PROMPT: [u32; 8] = [5, 6, 7, 8, 9, 10, 5, 6];
 
-fn speculator(num_draft_tokens: usize, threshold: Option<usize>) -> Speculator {
-    let config = SpeculatorConfig {
-        policy: PolicyConfig {
-            num_draft_tokens,
-            disable_batch_threshold: threshold,
-        },
-        adaptive: false,
-        topk: 1,
+/// NGRAM settings: chains of up to `num_draft_tokens`, matches of 1–4 tokens.
+fn config(num_draft_tokens: usize, threshold: Option<usize>, adaptive: bool) -> SpecConfig {
+    SpecConfig::from_flags(crate::SpecFlags {
+        algorithm: crate::Algorithm::Ngram,
+        num_draft_tokens: Some(num_draft_tokens),
         num_steps: 1,
-        kappa: 0.25,
-        max_match: 4,
-    };
+        eagle_topk: 1,
+        ngram_min_match_window: 1,
+        ngram_max_match_window: 4,
+        disable_batch_threshold: threshold,
+        adaptive,
+        draft_model_path: false,
+    })
+    .unwrap()
+    .unwrap()
+}
+
+fn speculator(num_draft_tokens: usize, threshold: Option<usize>) -> Speculator {
     let drafter = NgramDrafter(NgramProposer::new(1, 4).unwrap());
-    Speculator::new(config, Box::new(drafter))
+    Speculator::new(
+        &config(num_draft_tokens, threshold, false),
+        0.25,
+        Box::new(drafter),
+    )
 }
 
 fn scheduler() -> Scheduler {
@@ -126,30 +136,19 @@ fn no_drafts_past_max_tokens_nor_over_the_batch_threshold() {
     assert!(plan.drafts.is_empty());
 }
 
-/// The adaptive policy with chains of up to `num_draft_tokens`, κ 0.25.
-fn adaptive_config(num_draft_tokens: usize) -> SpeculatorConfig {
-    SpeculatorConfig {
-        policy: PolicyConfig {
-            num_draft_tokens,
-            disable_batch_threshold: None,
-        },
-        adaptive: true,
-        topk: 1,
-        num_steps: 1,
-        kappa: 0.25,
-        max_match: 4,
-    }
+/// The adaptive policy with chains of up to `num_draft_tokens` (κ 0.25 where it is used).
+fn adaptive_config(num_draft_tokens: usize) -> SpecConfig {
+    config(num_draft_tokens, None, true)
 }
 
 #[test]
 fn adaptive_drafts_stop_when_rows_cost_more_than_they_can_win() {
-    let mut config = adaptive_config(4);
+    let config = adaptive_config(4);
     let ngram = || Box::new(NgramDrafter(NgramProposer::new(1, 4).unwrap()));
     // Steps are nearly free per row: drafts from a long match pay.
-    let mut cheap = Speculator::new(config, ngram());
+    let mut cheap = Speculator::new(&config, 0.25, ngram());
     // Each row costs as much as a whole step: none pays.
-    config.kappa = 0.0;
-    let mut dear = Speculator::new(config, ngram());
+    let mut dear = Speculator::new(&config, 0.0, ngram());
     for rows in 1..=20 {
         cheap.observe_cost(rows as f64, 0.010 + 0.000_01 * rows as f64);
         dear.observe_cost(rows as f64, 0.010 * rows as f64);
@@ -231,7 +230,7 @@ fn a_prompt_chunk_in_the_step_does_not_make_drafts_cheap() {
     let adaptive = || {
         let config = adaptive_config(3);
         let drafter = Box::new(NgramDrafter(NgramProposer::new(1, 4).unwrap()));
-        let mut spec = Speculator::new(config, drafter);
+        let mut spec = Speculator::new(&config, 0.25, drafter);
         for rows in 1..=20 {
             spec.observe_cost(rows as f64, 0.004 + 0.002 * rows as f64);
         }
