@@ -9,7 +9,7 @@
 #              OUT_DIR (target/bench-results), NAME (llama-server: the result files' stem),
 #              MODEL or FORMAT (which file: scripts/serve-model.sh)
 # llama-server ties an HTTP thread to each open connection, so the sweep runs with
-# --no-keep-alive (see README).
+# --no-keep-alive (see docs/bench.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${PORT:-30000}"

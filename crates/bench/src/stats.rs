@@ -1,4 +1,4 @@
-//! Per-level aggregates computed from request records, with the definitions the README states.
+//! Per-level aggregates computed from request records, with the definitions docs/bench.md states.
 
 use crate::goodput::Goodput;
 use crate::record::{ErrorClass, RequestRecord};

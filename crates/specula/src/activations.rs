@@ -71,7 +71,7 @@ pub struct ActivationsArg {
     #[arg(long = "activations", value_parser = ActModeParser, default_value_t = ActMode::default())]
     pub mode: ActMode,
     /// What the KV cache holds: f32, or f16 (half its memory and of the bytes each decode
-    /// step reads, as llama.cpp stores it; adds to int8's error: see the README).
+    /// step reads, as llama.cpp stores it; adds to int8's error: see docs/runtime.md).
     #[arg(long, value_enum, ignore_case = true, default_value = KvCacheDtype::default_name())]
     pub kv_cache_dtype: KvCacheDtype,
 }

@@ -16,7 +16,7 @@ struct Shipped {
     target: &'static str,
 }
 
-/// The heads shipped (`heads/`, trained with `specula train-draft`; the recipe is in the README).
+/// The heads shipped (`heads/`, trained with `specula train-draft`; the recipe is in docs/training.md).
 const SHIPPED: &[Shipped] = &[Shipped {
     name: "smollm2-135m-instruct",
     config: include_str!("../../../heads/smollm2-135m-instruct/config.json"),

@@ -60,7 +60,7 @@ pub struct ServeArgs {
     #[serde(with = "activations::opt_named")]
     pub activations: Option<ActMode>,
     /// What the KV cache holds: f32, or f16 (half its memory and of the bytes each decode
-    /// step reads, as llama.cpp stores it; adds to int8's error: see the README).
+    /// step reads, as llama.cpp stores it; adds to int8's error: see docs/runtime.md).
     #[arg(long, value_enum, ignore_case = true, default_value = KvCacheDtype::default_name())]
     #[serde(with = "opt_named")]
     pub kv_cache_dtype: Option<KvCacheDtype>,
