@@ -1,18 +1,14 @@
 //! Compiled grammars kept for reuse, bounded in count and in (estimated) bytes; the least
 //! recently used go first. llguidance does not say how big a compiled grammar is, so its size
-//! is estimated from its spec's (measured: see [`estimated_bytes`]).
+//! is estimated from its spec's ([`estimated_bytes`]).
 
 use std::collections::HashMap;
 
-/// What a compiled grammar costs per byte of its spec. Measured on SmolLM2's vocabulary (the
-/// resident memory 30 cached variants added, each, over its spec's bytes): 180 kB for a
-/// 10-property object; 1.3 MB for 300 optional properties (9 kB: 150×), 1.1 MB for the
-/// 300-field nested model of the tests (46 kB: 26×), 0.56 MB for a 1,000-value enum (19 kB:
-/// 30×), 2.2 MB for a grammar of 2,000 alternatives (19 kB: 120×), 0.32 MB for a regex of 200
-/// words (1.8 kB: 180×), 27.6 MB for a structural tag of 128 structures of 39 properties (142
-/// kB of schemas, a key of about 170 kB: estimated 27.8 MB). Over the base, the widest is
-/// taken. It leaves out the lexer states a
-/// grammar adds as sequences use it (bounded by [`MAX_LEXER_STATES`](crate::MAX_LEXER_STATES)).
+/// What a compiled grammar costs per byte of its spec, over [`GRAMMAR_BASE_BYTES`]: the widest
+/// ratio of the resident memory a cached grammar added to its spec's bytes, on SmolLM2's
+/// vocabulary (`examples/grammar_probe.rs`, `PROBE_CACHE`), over schemas, enums, regexes,
+/// grammars and structural tags. It leaves out the lexer states a grammar adds as sequences use
+/// it (bounded by [`MAX_LEXER_STATES`](crate::MAX_LEXER_STATES)).
 pub const BYTES_PER_SPEC_BYTE: usize = 160;
 /// What any compiled grammar costs besides (its parser, its lexer's start, its first mask).
 pub const GRAMMAR_BASE_BYTES: usize = 256 << 10;

@@ -20,14 +20,13 @@ pub const MAX_SCHEMA_BYTES: usize = 1 << 20;
 /// a level (a chain of 1,000 nested definitions needed 8-16 MiB).
 pub const MAX_SCHEMA_DEPTH: usize = 128;
 /// Properties of one object (`properties` and `patternProperties`): llguidance puts about four
-/// parser items per optional property in a row, under [`MAX_ITEMS_IN_ROW`]; its slowest mask
-/// in an object of 1,000 took 8 ms, of 2,000 30 ms.
+/// parser items per optional property in a row, under [`MAX_ITEMS_IN_ROW`]; masks slow down
+/// with it (8 ms the slowest at 1,000).
 pub const MAX_OBJECT_PROPERTIES: usize = 1_000;
 /// Properties one position chooses among, the alternatives of an `anyOf`, `oneOf` or `allOf`
 /// added up, each counting 4 more (an estimate from above: see `width.rs`). Masks slow down
 /// with it, worst with many alternatives that allow any other key: at the limit the slowest
-/// mask measured was 55 ms (100 alternatives of 6 properties; 10 of 96: 39 ms, 200 of 1: 24
-/// ms); past it, 50 of 100 took 1.3 s and 500 of 10 2.8 s.
+/// mask took 55 ms, past it over a second.
 pub const MAX_SCHEMA_WIDTH: usize = 1_000;
 /// Properties of all the objects of a spec's schemas (OpenAI's: 5,000).
 pub const MAX_TOTAL_PROPERTIES: usize = 5_000;
@@ -49,9 +48,8 @@ pub const MAX_PATTERN_BYTES: usize = 4_096;
 /// Size of a regex (a `regex`, a `pattern`, a grammar's `/.../`) or a grammar's rule with its
 /// counted repetitions written out (`a{100}` is 100, nested ones multiply, alternatives add, a
 /// grammar's terminals are inlined; as much as [`MAX_REGEX_BYTES`], so a regex within those
-/// bytes passes unless it repeats): `a{32768}` cost 6 ms every mask, `a{100000}` 39 ms, and
-/// `((a{100}){100}){100}` (21 bytes) took 0.8 s and 280 MB to compile, then failed
-/// mid-generation.
+/// bytes passes unless it repeats): masks slow down with it, and nested repetitions of a few
+/// bytes can exhaust the compiler (see `expand.rs`).
 pub const MAX_REPETITION_EXPANSION: usize = 16_384;
 /// Bytes of a `regex`.
 pub const MAX_REGEX_BYTES: usize = 16_384;
@@ -74,9 +72,9 @@ pub const MAX_TAG_BYTES: usize = 256;
 /// Functions a tool-call grammar holds (OpenAI's limit on `tools`: 128).
 pub const MAX_TOOLS: usize = 128;
 /// llguidance's items in one row of its Earley parser: over twice what the widest schema
-/// allowed makes (about 4 a property: 4,007 for 1,000 optional properties, 4,035 for 10
-/// alternatives of 96) and the most alternatives of a grammar (5,001). The default, 2,000,
-/// failed mid-generation on 500 optional properties, after the first mask had passed.
+/// allowed makes (about 4 a property, some 4,000) and the most alternatives of a grammar
+/// (5,001). The default, 2,000, fails mid-generation on 500 optional properties, after the
+/// first mask has passed.
 pub const MAX_ITEMS_IN_ROW: usize = 10_000;
 /// llguidance's items created while computing one mask (its default: 50,000, at about 20k a
 /// millisecond; doubled with the rows [`MAX_ITEMS_IN_ROW`] allows).

@@ -1,3 +1,6 @@
+//! The scheduler's tests: requests run to completion against a stand-in model, through chunked
+//! prefill, preemption, drafts and the prefix cache, with its invariants checked at every step.
+
 use super::*;
 use proptest::prelude::*;
 use std::collections::HashMap;

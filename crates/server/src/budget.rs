@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Bytes a request holds per byte of its body while it is prepared: the body, its parsed JSON
-/// (strings and maps), the rendered prompt and its token ids (measured: a 15 MB message peaked
-/// at about 4× its size before this check refused it by length).
+/// (strings and maps), the rendered prompt and its token ids: a large message peaks at about 4×
+/// its size.
 pub const BYTES_PER_BODY_BYTE: usize = 4;
 
 /// The budget's default: an eighth of the machine's memory, between these bounds.

@@ -10,11 +10,10 @@
 //!   a few of its steps: when every recent step has the same size (one sequence that is not
 //!   drafting) the data cannot tell `a` from `b`, and without the anchor the fit drifted to
 //!   `a ≈ 0`, `b ≈` a whole step, which priced every draft like a step, so the sequence never
-//!   drafted again to show otherwise (measured at C=1: 11.7 ms a row). `w` counts rows
-//!   (tokens in the batch) plus `κ` per row that needs logits, `κ` being the output head's size
-//!   relative to the layers' (0.27 for SmolLM2-135M): a draft row needs logits, a prompt row
-//!   mostly does not. While decoding is memory-bound, `b` is small next to `a`; at large batches
-//!   rows cost their full compute.
+//!   drafted again to show otherwise. `w` counts rows (tokens in the batch) plus `κ` per row
+//!   that needs logits, `κ` being the output head's size relative to the layers' (0.27 for
+//!   SmolLM2-135M): a draft row needs logits, a prompt row mostly does not. While decoding is
+//!   memory-bound, `b` is small next to `a`; at large batches rows cost their full compute.
 //! - Sequence i accepts each successive draft with probability `αᵢ`. For prompt lookup, `α` is
 //!   estimated per length of the n-gram match the drafts came from, pooled over requests
 //!   ([`MatchAcceptance`]): a continuation of a 10-token match is a copy in progress, one found
@@ -28,27 +27,26 @@
 //!   both taken as if every sequence of the step decoded: one whose prompt goes in this step
 //!   counts as a decoding row. A prompt chunk makes the step longer without emitting anything
 //!   now, while a draft row costs every later step what it costs this one, so pricing drafts
-//!   at such a step's own rate made them look nearly free. One more draft row adds
+//!   at such a step's own rate would make them look nearly free. One more draft row adds
 //!   `αᵢ^(kᵢ+1)` to `E` and `b` to `T` (plus, for a draft model, its measured seconds per
 //!   draft), which raises `E/T` exactly when `αᵢ^(kᵢ+1) > b·E/T`. Drafts are granted greedily,
 //!   the largest gain a second first, while the gain clears that bar by 20% (the estimates are
 //!   noisy, and a draft near break-even risks more than it can win).
 //! - A drafter that must catch up before it drafts (an EAGLE-3 head runs a row for each token
-//!   decoded since the sequence last drafted, 0.5 ms each for the default model's) charges that
-//!   to the sequence's first draft of the step: the rows its last step emitted in full, a
-//!   larger backlog spread over the steps the sequence has left ([`catch_up_rows`]). The first
-//!   draft is then offered together with the drafts after it that make the best rate, so the
-//!   one-off cost is weighed against what the drafts bring together.
+//!   decoded since the sequence last drafted) charges that to the sequence's first draft of the
+//!   step: the rows its last step emitted in full, a larger backlog spread over the steps the
+//!   sequence has left ([`catch_up_rows`]). The first draft is then offered together with the
+//!   drafts after it that make the best rate, so the one-off cost is weighed against what the
+//!   drafts bring together.
 //!
 //! - While no request waits for a slot, a sequence's tokens are weighted by how far it is from
 //!   done ([`urgency`]): ½ plus ½ × its remaining `max_tokens` budget over the largest. A
 //!   batch that nothing will join ends when its last sequence does, and drafts for sequences
 //!   already ahead make every step dearer without bringing that end closer; weighting steers
 //!   drafts to the laggards, so the batch finishes together instead of trailing off into
-//!   nearly empty steps (measured: with plain `E/T`, a closed batch of 30 finished its last
-//!   requests alone and lost 10% of throughput while each request ran faster). When requests
-//!   wait, a sequence that finishes early lets one in, so every token counts alike. Equal
-//!   weights give exactly the unweighted allocation.
+//!   nearly empty steps (figures: BENCHMARKS.md). When requests wait, a sequence that finishes
+//!   early lets one in, so every token counts alike. Equal weights give exactly the unweighted
+//!   allocation.
 //!
 //! So speculation fades out smoothly as the batch grows (`E/T` grows, gains shrink) instead of
 //! falling off a fixed threshold, and sequences whose drafts are rarely accepted stop paying
@@ -241,8 +239,7 @@ const URGENCY_FLOOR: f64 = 0.5;
 /// generated): from [`URGENCY_FLOOR`] for a spent budget to 1 for the largest in the batch (each
 /// capped at [`URGENCY_HORIZON`]), linear in between. The floor keeps drafts that pay well for a
 /// leader (a copy in progress at a small batch) while marginal ones go to the laggards: without
-/// it, leaders lost their drafts even where the whole batch gained from them (measured on the
-/// `rewrite` set at C=10: 1.02–1.03× against 1.23× before weighting).
+/// it, leaders lose their drafts even where the whole batch gains from them.
 pub fn urgency(remaining: &[usize]) -> Vec<f64> {
     let capped = |r: usize| r.min(URGENCY_HORIZON) as f64;
     let most = remaining.iter().map(|&r| capped(r)).fold(1.0, f64::max);

@@ -302,10 +302,10 @@ impl Speculator {
             .collect();
         // Time is priced at what this batch earns once every sequence in it decodes: the
         // entries not offered here (prompt chunks, mostly) count as decoding rows of weight 1
-        // (a prompt has spent nothing of its budget). A step carrying prompt chunks takes far longer without emitting more, and
-        // priced at its own rate (its prompt rows at a decode row's cost) drafts looked nearly
-        // free: a closed batch of 30 drafted through its first steps, while its prompts went in,
-        // and lost 3–4 % (BENCHMARKS.md, issue 19).
+        // (a prompt has spent nothing of its budget). A step carrying prompt chunks takes far
+        // longer without emitting more: priced at its own rate (its prompt rows at a decode
+        // row's cost), drafts would look nearly free, and a batch would draft at a loss while
+        // its prompts go in.
         let prefilling = plan
             .batch
             .iter()

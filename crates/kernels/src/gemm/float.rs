@@ -170,9 +170,8 @@ fn tile<S: WideLoads, E: Widen, const R: usize, const A: usize>(
     let arows: [&[f32]; A] = std::array::from_fn(|j| x.row_f32(m + j));
     let mut acc = [[s.zero(); A]; R];
     // The same bytes R rows on: the next tile's (rows are consecutive in the file), asked
-    // for into L2 while this one multiplies. The hardware prefetcher alone left decode at half
-    // the memory's rate; asking for them into L1 (up to 24 KiB ahead) evicted the lines in use
-    // and gained little (F16 decode 59 → 72 tok/s; into L2, 103).
+    // for into L2 while this one multiplies. The hardware prefetcher alone leaves decode at
+    // about half the memory's rate; asked for into L1, they would evict the lines in use.
     let ahead = R * k * E::BYTES;
     for c in (0..k).step_by(S::LANES) {
         // SAFETY: `c + LANES ≤ k` (k is a multiple of LANES, asserted by `runs`), inside every

@@ -29,12 +29,12 @@ use std::ops::Range;
 /// Weight rows in one panel: the 16 f32 lanes of a 512-bit register.
 pub const PANEL: usize = 16;
 
-/// How far ahead of the block being multiplied the kernels ask for panel bytes. One core's
-/// demand misses and the hardware prefetcher alone kept a single-row product (decode, and each
-/// row of a verification step) at about half the memory's read rate, and left the extra rows of a
-/// verification exposed as stalls; asking 8 KiB ahead (about two panels of a 576-wide Q4_0
-/// matrix) roughly halved the cost of verifying 4 drafts on the default model. Past a panel's end
-/// it reaches into the next panel, which is the next one a thread multiplies.
+/// How far ahead of the block being multiplied the kernels ask for panel bytes (about two panels
+/// of a 576-wide Q4_0 matrix). One core's demand misses and the hardware prefetcher alone keep a
+/// single-row product (decode, and each row of a verification step) at about half the memory's
+/// read rate, and leave the extra rows of a verification exposed as stalls (figures:
+/// BENCHMARKS.md). Past a panel's end it reaches into the next panel, which is the next one a
+/// thread multiplies.
 const PREFETCH_AHEAD: usize = 8192;
 
 /// Asks for the lines `PREFETCH_AHEAD` bytes past `block` (as many as one block of `kind`
@@ -51,8 +51,8 @@ pub(super) fn prefetch_ahead(kind: PackedKind, block: *const u8) {
 
 /// Bytes of weight panels that one tile of activation rows passes before the next tile starts:
 /// the tile's activations stay in L1 over these panels, whose lines come from L2. (Each panel
-/// passing every activation row in turn instead streamed a long prompt's activations from L2 for
-/// every panel: 15–20% slower on a 512-row product.)
+/// passing every activation row in turn would stream a long prompt's activations from L2 for
+/// every panel.)
 const PANEL_BYTES_PER_PASS: usize = 64 << 10;
 
 /// The tiles of a product over weight rows `rows` (whole panels) with `m` activation rows, as

@@ -92,8 +92,7 @@ pub async fn generate(
 ) -> anyhow::Result<usize> {
     let mut model =
         Model::load(model_path).with_context(|| format!("cannot load {}", model_path.display()))?;
-    // Long answers at many at once spend most of a step reading the KV cache (measured: the
-    // attention kernel took 58% of the time at 64 answers of up to 1,024 tokens); f16 halves
+    // Long answers at many at once spend most of a step reading the KV cache; f16 halves
     // that. The answers are training text, not a reference: the features are recomputed later.
     model.kv_cache_dtype = model::KvDtype::F16;
     let (tokenizer, template) = chat_of(&model)?;

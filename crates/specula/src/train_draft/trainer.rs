@@ -1,7 +1,7 @@
-//! Stage 3: the trainer (`train/eagle3_train.py`, JAX on the CPU: the fastest of the tools
-//! measured here, see BENCHMARKS.md) run in its own virtual environment with pinned packages,
-//! its progress lines shown as a bar, its per-epoch metrics drawn as an SVG, and the head it
-//! writes loaded back as the server would load it.
+//! Stage 3: the trainer (`train/eagle3_train.py`, JAX on the CPU, chosen for its speed here: see
+//! docs/training.md) run in its own virtual environment with pinned packages, its progress lines
+//! shown as a bar, its per-epoch metrics drawn as an SVG, and the head it writes loaded back as
+//! the server would load it.
 
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
@@ -24,9 +24,8 @@ const DEFAULT_DRAFT_VOCAB: usize = 4096;
 /// The training settings (SpecForge's names where it has them).
 #[derive(Args, Debug, Clone)]
 pub struct TrainSettings {
-    /// Rows of the head's output layer: the most frequent answer tokens (4,096, 8,192 and
-    /// 16,384 accepted alike after an epoch of 332k tokens for SmolLM2-135M, and 4,096 drafts
-    /// and trains fastest: BENCHMARKS.md) [default: 4096, or --init-head's].
+    /// Rows of the head's output layer: the most frequent answer tokens (larger ones accepted no
+    /// better and trained slower: docs/training.md) [default: 4096, or --init-head's].
     #[arg(long)]
     pub draft_vocab_size: Option<usize>,
     /// A head in SGLang's layout to start from (its weights and draft vocabulary, with a new

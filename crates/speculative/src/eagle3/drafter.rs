@@ -30,11 +30,9 @@ use std::sync::Arc;
 /// Captured rows a sequence keeps for the head while it does not draft; older ones are dropped
 /// and their positions stay out of the head's attention. It bounds the memory of a sequence that
 /// does not speculate and, above all, the head's catching up when it drafts again: the adaptive
-/// policy retries sequences it keeps off now and then, and each retry ran the head over up to
-/// 512 rows (0.2 ms each) while the batch waited: 2 % of a C=5 run's time, where its drafts
-/// brought 0.5 % of its tokens. The head barely reads that far back: on held-out chat with a
-/// fixed chain policy, acceptance was 0.502 drafts a pass keeping 256 to 512 rows, 0.502 keeping
-/// 64 to 128 and 0.498 keeping 32 to 64 (BENCHMARKS.md, "A bounded catch-up").
+/// policy retries sequences it keeps off now and then, and each retry runs the head over every
+/// row kept while the batch waits. The head barely reads that far back, so keeping fewer rows
+/// costs next to no acceptance (figures: BENCHMARKS.md, "A bounded catch-up").
 pub const MAX_PENDING_ROWS: usize = 32;
 
 /// A sampled draft is drawn from the head's this many most likely tokens (renormalised): what
