@@ -190,10 +190,46 @@ impl Drop for Registered {
     }
 }
 
-/// The client's stream, counting the bytes read from it into its slot.
+/// The client's stream, counting the bytes read from it into its slot, and failing a write
+/// that has waited on the client for the send timeout.
 struct CountingIo {
     stream: TcpStream,
     slot: Arc<Slot>,
+    stats: Arc<ConnectionStats>,
+    send_timeout: Duration,
+    /// Since when a write has been waiting on the client, as a timer to its deadline.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl CountingIo {
+    /// Passes a write's result on, turning a wait past the send timeout into an error.
+    fn deadline<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
+        let timeout = self.send_timeout;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.stalled = None;
+        ConnectionStats::bump(&self.stats.send_timeouts_total);
+        tracing::debug!(
+            id = self.slot.id,
+            "the client read nothing for the send timeout"
+        );
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client read nothing for --send-timeout",
+        )))
+    }
 }
 
 impl AsyncRead for CountingIo {
@@ -218,7 +254,8 @@ impl AsyncWrite for CountingIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.deadline(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -226,7 +263,8 @@ impl AsyncWrite for CountingIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.deadline(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -234,7 +272,8 @@ impl AsyncWrite for CountingIo {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        let polled = Pin::new(&mut self.stream).poll_flush(cx);
+        self.deadline(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -301,6 +340,9 @@ pub(super) async fn serve_connection(stream: TcpStream, slot: Arc<Slot>, cx: Con
     let io = TokioIo::new(CountingIo {
         stream,
         slot: slot.clone(),
+        stats: stats.clone(),
+        send_timeout: limits.send_timeout,
+        stalled: None,
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())

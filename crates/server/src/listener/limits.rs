@@ -16,6 +16,12 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// timeout applies instead.
 pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a response may wait on a client that reads nothing (nginx's `send_timeout`): a
+/// write that cannot go on for this long closes the connection, and the request's generation
+/// with it, so a client that stops reading a long stream cannot hold a connection slot (and its
+/// KV) for good.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The most connections held open by default, whatever the descriptor limit.
 pub const MAX_CONNECTIONS_CAP: usize = 16384;
 
@@ -32,6 +38,8 @@ pub struct ConnectionLimits {
     pub body_read_timeout: Duration,
     /// See [`KEEP_ALIVE_TIMEOUT`].
     pub keep_alive_timeout: Duration,
+    /// See [`SEND_TIMEOUT`].
+    pub send_timeout: Duration,
     /// Open connections at most; at the cap a new one evicts the longest-idle one, or is refused
     /// with a 503 when none is idle. See [`default_max_connections`].
     pub max_connections: usize,
@@ -45,6 +53,7 @@ impl Default for ConnectionLimits {
             header_read_timeout: HEADER_READ_TIMEOUT,
             body_read_timeout: BODY_READ_TIMEOUT,
             keep_alive_timeout: KEEP_ALIVE_TIMEOUT,
+            send_timeout: SEND_TIMEOUT,
             max_connections: default_max_connections(),
         }
     }
@@ -131,6 +140,8 @@ pub struct ConnectionStats {
     pub body_timeouts_total: AtomicU64,
     /// Keep-alive connections closed after staying silent too long between requests.
     pub keep_alive_timeouts_total: AtomicU64,
+    /// Connections closed because the client read nothing of a response for too long.
+    pub send_timeouts_total: AtomicU64,
     /// Failed `accept` calls (descriptors exhausted and the like).
     pub accept_errors_total: AtomicU64,
 }
@@ -145,6 +156,7 @@ pub struct StatsSnapshot {
     pub header_timeouts_total: u64,
     pub body_timeouts_total: u64,
     pub keep_alive_timeouts_total: u64,
+    pub send_timeouts_total: u64,
     pub accept_errors_total: u64,
 }
 
@@ -160,6 +172,7 @@ impl ConnectionStats {
             header_timeouts_total: get(&self.header_timeouts_total),
             body_timeouts_total: get(&self.body_timeouts_total),
             keep_alive_timeouts_total: get(&self.keep_alive_timeouts_total),
+            send_timeouts_total: get(&self.send_timeouts_total),
             accept_errors_total: get(&self.accept_errors_total),
         }
     }

@@ -18,6 +18,8 @@ const BOUND: Duration = Duration::from_secs(5);
 #[derive(Default)]
 struct Hits {
     slow_started: AtomicUsize,
+    /// Bodies of `/endless` dropped (the request's work ended).
+    endless_dropped: AtomicUsize,
 }
 
 struct TestServer {
@@ -33,6 +35,7 @@ fn limits(header_ms: u64, body_ms: u64, keep_alive_ms: u64, max: usize) -> Conne
         header_read_timeout: Duration::from_millis(header_ms),
         body_read_timeout: Duration::from_millis(body_ms),
         keep_alive_timeout: Duration::from_millis(keep_alive_ms),
+        send_timeout: Duration::from_millis(300),
         max_connections: max,
     }
 }
@@ -66,6 +69,7 @@ fn app(hits: Arc<Hits>) -> Router {
             }),
         )
         .route("/stream", get(stream))
+        .route("/endless", get(endless))
         .with_state(hits)
 }
 
@@ -77,6 +81,23 @@ async fn stream() -> Body {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         Some((Ok::<_, Infallible>(format!("chunk-{i:02};")), i + 1))
+    });
+    Body::from_stream(chunks)
+}
+
+/// Counts, when dropped, a body that has ended.
+struct DropCount(Arc<Hits>);
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        self.0.endless_dropped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// 64 KiB chunks for ever, as fast as the client takes them.
+async fn endless(State(h): State<Arc<Hits>>) -> Body {
+    let chunks = futures_util::stream::unfold(DropCount(h), |d| async move {
+        Some((Ok::<_, Infallible>(vec![b'x'; 64 << 10]), d))
     });
     Body::from_stream(chunks)
 }
@@ -275,6 +296,38 @@ async fn a_silent_keep_alive_connection_is_closed_after_its_timeout() {
         })
         .await;
     assert_eq!(server.stats.snapshot().header_timeouts_total, 0);
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
+    let server = start(limits(5000, 5000, 5000, 64)).await;
+    let mut s = server.connect().await;
+    s.write_all(get_request("/endless").as_bytes())
+        .await
+        .unwrap();
+    // Nothing is read: the socket's buffers fill, the server's write waits, then gives up.
+    server
+        .wait_for("a send timeout", |s| {
+            s.send_timeouts_total == 1 && s.open == 0
+        })
+        .await;
+    let t0 = Instant::now();
+    while server.hits.endless_dropped.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t0.elapsed() < BOUND,
+            "the response's body was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A client that reads is not cut, however long the stream (each write goes on).
+    let mut s = server.connect().await;
+    s.write_all(get_request("/stream").as_bytes())
+        .await
+        .unwrap();
+    let reply = read_reply(&mut s).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.text().contains("chunk-19;"), "{}", reply.text());
+    assert_eq!(server.stats.snapshot().send_timeouts_total, 1);
 }
 
 /// What hyper does: its header read timeout starts again when a response ends, so it also

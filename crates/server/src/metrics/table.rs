@@ -310,6 +310,11 @@ pub static METRICS: &[Metric] = &[
         |s| s.server.connections.keep_alive_timeouts_total.load(super::Relaxed).into(),
     ),
     Metric::counter(
+        "send_timeouts_total",
+        "Connections closed after a response waited --send-timeout on a client that read nothing.",
+        |s| s.server.connections.send_timeouts_total.load(super::Relaxed).into(),
+    ),
+    Metric::counter(
         "rejected_memory_requests_total",
         "Requests refused (503) while requests in preparation held the request memory budget.",
         |s| s.server.rejected_memory.load(super::Relaxed).into(),

@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// Seconds a kept-alive connection may stay silent between requests (uvicorn's name).
     #[arg(long, default_value = "5")]
     pub timeout_keep_alive: Option<f64>,
+    /// Seconds a response may wait on a client that reads nothing (nginx's `send_timeout`); then
+    /// the connection is closed and its request ends.
+    #[arg(long, default_value = "60")]
+    pub send_timeout: Option<f64>,
     /// Open connections at most; at the cap a new one closes the longest-idle one, or gets 503
     /// when all are busy [default: the descriptor limit (raised to its hard limit at start-up)
     /// less 256, at most 16384].

@@ -47,6 +47,7 @@ pub struct ServeConfig {
     pub header_read_timeout: f64,
     pub body_read_timeout: f64,
     pub timeout_keep_alive: f64,
+    pub send_timeout: f64,
     pub max_connections: Option<usize>,
     pub shutdown_timeout: u64,
     pub watchdog_timeout: f64,
@@ -144,6 +145,7 @@ impl ServeConfig {
             ("--header-read-timeout", self.header_read_timeout),
             ("--body-read-timeout", self.body_read_timeout),
             ("--timeout-keep-alive", self.timeout_keep_alive),
+            ("--send-timeout", self.send_timeout),
         ] {
             if !(secs.is_finite() && secs > 0.0) {
                 bail!("{flag} must be a positive number of seconds");
@@ -169,6 +171,7 @@ impl ServeConfig {
             header_read_timeout: secs(self.header_read_timeout),
             body_read_timeout: secs(self.body_read_timeout),
             keep_alive_timeout: secs(self.timeout_keep_alive),
+            send_timeout: secs(self.send_timeout),
             max_connections: self
                 .max_connections
                 .unwrap_or_else(server::listener::default_max_connections),
@@ -408,6 +411,7 @@ mod tests {
             "header_read_timeout",
             "body_read_timeout",
             "timeout_keep_alive",
+            "send_timeout",
             "max_connections",
             "max_request_memory_mb",
             "disable_radix_cache",
