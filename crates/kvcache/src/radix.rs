@@ -363,11 +363,6 @@ impl RadixCache {
         self.stats().device_blocks
     }
 
-    /// Blocks dropped so far.
-    pub fn evictions(&self) -> u64 {
-        self.evicted
-    }
-
     /// Cached device blocks no sequence uses: what [`RadixCache::evict`] could free at most.
     pub fn idle_blocks(&self) -> usize {
         self.stats().idle_blocks
@@ -768,7 +763,7 @@ mod tests {
         // Leaves go first, then their parents: all three.
         assert_eq!(cache.evict(10), 3);
         assert_eq!(pool.used_blocks(), 0);
-        assert_eq!(cache.evictions(), 4);
+        assert_eq!(cache.stats().evicted, 4);
         assert!(cache.take_copies().is_empty(), "no host tier, no copies");
         pool.assert_consistent();
     }
@@ -848,7 +843,7 @@ mod tests {
         assert_eq!(cache.evict(3), 3); // a's two (host now full), then b's: a's leaf dropped
         assert_eq!(cache.prefix_len(&a), 2);
         assert_eq!(cache.prefix_len(&b), 2);
-        assert_eq!(cache.evictions(), 1);
+        assert_eq!(cache.stats().evicted, 1);
         cache.clear();
         assert_eq!((pool.used_blocks(), host.used_blocks()), (0, 0));
         pool.assert_consistent();

@@ -21,13 +21,8 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 #[error("the request body did not arrive within {} s", .0.as_secs_f64())]
 pub struct BodyTimeout(pub Duration);
 
-/// Whether `err`, or an error it was caused by, is a [`BodyTimeout`]: axum's `BytesRejection`
-/// for a body that timed out is one.
-pub fn is_body_timeout(err: &(dyn StdError + 'static)) -> bool {
-    body_timeout(err).is_some()
-}
-
-/// The [`BodyTimeout`] behind `err`, if it is one.
+/// The [`BodyTimeout`] behind `err`, if it is one (axum's `BytesRejection` for a body that
+/// timed out has one in its chain).
 pub fn body_timeout<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a BodyTimeout> {
     let mut at = Some(err);
     // Bounded: error chains are short, and a cyclic one must not hang us.

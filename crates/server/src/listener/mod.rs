@@ -12,7 +12,7 @@ mod limits;
 #[cfg(test)]
 mod tests;
 
-pub use body::{BodyTimeout, body_timeout, is_body_timeout};
+pub use body::{BodyTimeout, body_timeout};
 pub use limits::{
     BODY_READ_TIMEOUT, ConnectionLimits, ConnectionStats, FD_RESERVE, HEADER_READ_TIMEOUT,
     KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS_CAP, StatsSnapshot, default_max_connections, nofile_limit,

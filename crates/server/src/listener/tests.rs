@@ -63,7 +63,9 @@ fn app(hits: Arc<Hits>) -> Router {
             post(|body: Result<Bytes, BytesRejection>| async move {
                 match body {
                     Ok(b) => (StatusCode::OK, b.len().to_string()),
-                    Err(e) if is_body_timeout(&e) => (StatusCode::REQUEST_TIMEOUT, e.to_string()),
+                    Err(e) if body_timeout(&e).is_some() => {
+                        (StatusCode::REQUEST_TIMEOUT, e.to_string())
+                    }
                     Err(e) => (StatusCode::BAD_REQUEST, e.to_string()),
                 }
             }),
