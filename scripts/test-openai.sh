@@ -2,13 +2,21 @@
 # The official `openai` Python package against `specula serve` (scripts/openai_client_test.py,
 # scripts/openai_tools_test.py, scripts/openai_structured_test.py). Installs the package (and
 # `jsonschema`) into target/pylib-openai on first use (pip --target: no virtualenv needed),
-# starts four servers on free loopback ports (the real model with the tool-call and reasoning
-# parsers on, the same with its output scripted, the same with EAGLE-3 speculation, and
-# Qwen2.5-Coder-0.5B with its tool-call parser), runs the checks, stops the servers.
+# starts three servers on free loopback ports (the real default model with the tool-call and
+# reasoning parsers on, the same with its output scripted, the same with EAGLE-3 speculation) and
+# with --with-qwen a fourth (Qwen2.5-Coder-0.5B with its tool-call parser: the tool round trip on
+# a model that makes calls), runs the checks, stops the servers.
 #
-# Usage: scripts/test-openai.sh      (after `cargo build --release`)
+# Usage: scripts/test-openai.sh              (after `cargo build --release`; test.sh runs it)
+#        scripts/test-openai.sh --with-qwen  (Qwen2.5-Coder pulled; test-heavy.sh runs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_qwen=false
+case "${1:-}" in
+    "") ;;
+    --with-qwen) with_qwen=true ;;
+    *) echo "usage: scripts/test-openai.sh [--with-qwen]" >&2; exit 2 ;;
+esac
 lib=target/pylib-openai
 if ! PYTHONPATH="$lib" python3 -c "import openai, jsonschema" 2>/dev/null; then
     echo "test-openai: installing the openai and jsonschema packages into $lib" >&2
@@ -48,8 +56,11 @@ serve target/openai-serve-scripted.log "${smollm[@]}" \
 scripted=$url
 serve target/openai-serve-eagle3.log --model-path "$model" --speculative-algorithm EAGLE3
 eagle3=$url
-serve target/openai-serve-qwen.log --model qwen2.5-coder-0.5b --tool-call-parser qwen25
-qwen=$url
+qwen=()
+if $with_qwen; then
+    serve target/openai-serve-qwen.log --model qwen2.5-coder-0.5b --tool-call-parser qwen25
+    qwen=("$url/v1")
+fi
 PYTHONPATH="$lib" python3 scripts/openai_client_test.py "$real/v1"
-PYTHONPATH="$lib" python3 scripts/openai_tools_test.py "$scripted/v1" "$real/v1" "$qwen/v1"
+PYTHONPATH="$lib" python3 scripts/openai_tools_test.py "$scripted/v1" "$real/v1" "${qwen[@]}"
 PYTHONPATH="$lib" python3 scripts/openai_structured_test.py "$real/v1" "$eagle3/v1" "$real/v1"
