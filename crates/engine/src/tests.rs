@@ -8,15 +8,17 @@
 use crate::step_loop::Engine;
 use crate::target::Target;
 use crate::{
-    Command, EngineConfig, EngineStats, FinishReason, GenerateRequest, RequestFailure, TokenEvent,
+    Command, EngineConfig, EngineHandle, EngineStats, FinishReason, GenerateRequest,
+    RequestFailure, SubmitError, TokenEvent,
 };
 use model::sampler::{SamplingParams, TokenConstraint};
 use model::{Capture, Logits, LogitsFor, ModelError, SeqInput};
-use scheduler::{SchedulePolicy, SchedulerConfig, SeqId};
+use scheduler::{FlushError, SchedulePolicy, SchedulerConfig, SeqId};
 use speculative::{Algorithm, SpecConfig, SpecFlags};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 const VOCAB: usize = 64;
@@ -53,6 +55,9 @@ fn reference(prompt: &[u32], max: usize, ends: &[u32]) -> Vec<u32> {
 struct Log {
     forwards: usize,
     moves: usize,
+    /// The most sequences one forward pass took, and the tokens fed over all passes.
+    widest: usize,
+    fed: usize,
     /// Forward passes fail from this one on.
     fail_from: Option<usize>,
 }
@@ -115,6 +120,8 @@ impl Target for FakeTarget {
         if log.fail_from.is_some_and(|n| log.forwards >= n) {
             return Err(ModelError::BadBatch("the fake's forward fails".into()));
         }
+        log.widest = log.widest.max(seqs.len());
+        log.fed += seqs.iter().map(|s| s.tokens.len()).sum::<usize>();
         drop(log);
         for s in seqs {
             for (k, &t) in s.tokens.iter().enumerate() {
@@ -177,6 +184,8 @@ struct Setup {
     host_blocks: usize,
     /// NGRAM speculation with trees this wide (`None`: off).
     ngram_topk: Option<usize>,
+    /// `--speculative-disable-batch-threshold`.
+    spec_batch_threshold: Option<usize>,
 }
 
 impl Default for Setup {
@@ -187,6 +196,7 @@ impl Default for Setup {
             prefix_cache: false,
             host_blocks: 0,
             ngram_topk: None,
+            spec_batch_threshold: None,
         }
     }
 }
@@ -198,39 +208,45 @@ struct Harness {
     next_id: u64,
 }
 
+/// The engine's settings for `setup`.
+fn engine_config(setup: &Setup) -> EngineConfig {
+    let speculative = setup.ngram_topk.map(|topk| {
+        SpecConfig::from_flags(SpecFlags {
+            algorithm: Algorithm::Ngram,
+            num_draft_tokens: Some(4),
+            num_steps: 4,
+            eagle_topk: topk,
+            ngram_min_match_window: 1,
+            ngram_max_match_window: 4,
+            disable_batch_threshold: setup.spec_batch_threshold,
+            adaptive: false,
+            draft_model_path: false,
+        })
+        .unwrap()
+        .unwrap()
+    });
+    EngineConfig {
+        max_running: setup.max_running,
+        max_queued: 64,
+        max_total_tokens: setup.blocks * BLOCK,
+        chunked_prefill_size: 64,
+        context_length: 4096,
+        block_size: BLOCK,
+        speculative,
+        prefix_cache: setup.prefix_cache,
+        schedule_policy: SchedulePolicy::Fcfs,
+        host_cache_blocks: setup.host_blocks,
+        hicache_storage_dir: None,
+        model_fingerprint: "fake".into(),
+        grammar_forced_drafts: true,
+        test_fault: None,
+    }
+}
+
 impl Harness {
     fn new(setup: Setup) -> Self {
-        let speculative = setup.ngram_topk.map(|topk| {
-            SpecConfig::from_flags(SpecFlags {
-                algorithm: Algorithm::Ngram,
-                num_draft_tokens: Some(4),
-                num_steps: 4,
-                eagle_topk: topk,
-                ngram_min_match_window: 1,
-                ngram_max_match_window: 4,
-                disable_batch_threshold: None,
-                adaptive: false,
-                draft_model_path: false,
-            })
-            .unwrap()
-            .unwrap()
-        });
-        let config = EngineConfig {
-            max_running: setup.max_running,
-            max_queued: 64,
-            max_total_tokens: setup.blocks * BLOCK,
-            chunked_prefill_size: 64,
-            context_length: 4096,
-            block_size: BLOCK,
-            speculative,
-            prefix_cache: setup.prefix_cache,
-            schedule_policy: SchedulePolicy::Fcfs,
-            host_cache_blocks: setup.host_blocks,
-            hicache_storage_dir: None,
-            model_fingerprint: "fake".into(),
-            grammar_forced_drafts: true,
-            test_fault: None,
-        };
+        let config = engine_config(&setup);
+        let speculative = config.speculative;
         let sched = SchedulerConfig {
             max_running: setup.max_running,
             prefill_budget: config.chunked_prefill_size,
@@ -295,6 +311,13 @@ impl Harness {
     fn free_blocks(&self) -> usize {
         self.engine.scheduler.pool().free_blocks()
     }
+
+    /// Asks the engine to empty the prefix cache (it answers within the command).
+    fn flush(&mut self) -> Result<usize, FlushError> {
+        let (reply, mut answer) = tokio::sync::oneshot::channel();
+        self.engine.handle(Command::FlushCache(reply));
+        answer.try_recv().expect("the engine answers at once")
+    }
 }
 
 fn request(prompt: &[u32], max_tokens: usize) -> GenerateRequest {
@@ -310,29 +333,67 @@ fn request(prompt: &[u32], max_tokens: usize) -> GenerateRequest {
     }
 }
 
+/// A token's log-probability and the top ones, as sent.
+type TokenLogprobs = (Option<f32>, Vec<(u32, f32)>);
+
 /// A request's events: its tokens and how it ended.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Outcome {
     tokens: Vec<u32>,
+    /// Each token's `is_stop`.
+    stops: Vec<bool>,
+    logprobs: Vec<TokenLogprobs>,
+    /// `Admitted`'s cached prompt tokens.
+    cached: Option<usize>,
     finish: Option<FinishReason>,
+    /// `Finished`'s prompt and completion tokens, and its tokens per verification pass.
+    usage: Option<(usize, usize)>,
+    accept_length: Option<f32>,
     failed: Option<RequestFailure>,
 }
 
+/// The events received so far (checking that `Admitted` comes once, before any token).
 fn outcome(rx: &mut UnboundedReceiver<TokenEvent>) -> Outcome {
-    let mut o = Outcome {
-        tokens: Vec::new(),
-        finish: None,
-        failed: None,
-    };
+    let mut o = Outcome::default();
     while let Ok(event) = rx.try_recv() {
         match event {
-            TokenEvent::Token { id, .. } => o.tokens.push(id),
-            TokenEvent::Finished { reason, .. } => o.finish = Some(reason),
+            TokenEvent::Token {
+                id,
+                is_stop,
+                logprob,
+                top_logprobs,
+                ..
+            } => {
+                o.tokens.push(id);
+                o.stops.push(is_stop);
+                o.logprobs.push((logprob, top_logprobs));
+            }
+            TokenEvent::Finished {
+                reason,
+                prompt_tokens,
+                completion_tokens,
+                spec_accept_length,
+            } => {
+                o.finish = Some(reason);
+                o.usage = Some((prompt_tokens, completion_tokens));
+                o.accept_length = spec_accept_length;
+            }
             TokenEvent::Failed(f) => o.failed = Some(f),
-            TokenEvent::Admitted { .. } => {}
+            TokenEvent::Admitted { cached_tokens } => {
+                assert!(o.cached.is_none() && o.tokens.is_empty(), "{o:?}");
+                o.cached = Some(cached_tokens);
+            }
         }
     }
     o
+}
+
+/// Runs `prompt` alone on a fresh engine with `setup`.
+fn alone(setup: Setup, request: GenerateRequest) -> Outcome {
+    let mut h = Harness::new(setup);
+    let mut rx = h.submit(request);
+    h.run();
+    outcome(&mut rx)
 }
 
 /// A prompt that counts up from `from`, then starts again: prompt lookup drafts from it.
@@ -592,4 +653,469 @@ fn a_failed_forward_pass_fails_the_requests_that_ran() {
         assert_eq!(o.finish, None);
     }
     assert_eq!(h.free_blocks(), 256);
+}
+
+#[test]
+fn requests_joining_mid_flight_get_the_output_they_get_alone() {
+    let prompts: Vec<Vec<u32>> = (0..4u32)
+        .map(|i| (0..5 + 3 * i).map(|t| (t * 7 + i) % 40).collect())
+        .collect();
+    let mut h = Harness::new(Setup::default());
+    let mut streams = Vec::new();
+    for p in &prompts {
+        streams.push(h.submit(request(p, 12)));
+        // The next one arrives while the earlier ones decode.
+        for _ in 0..3 {
+            h.engine.turn();
+        }
+    }
+    h.run();
+    assert_eq!(
+        h.log.borrow().widest,
+        4,
+        "all four ran in one pass at some point"
+    );
+    for (p, rx) in prompts.iter().zip(&mut streams) {
+        let o = outcome(rx);
+        assert_eq!(o.tokens, alone(Setup::default(), request(p, 12)).tokens);
+        assert_eq!(o.tokens, reference(p, 12, &[EOG]));
+    }
+    assert_eq!(h.free_blocks(), 256);
+}
+
+#[test]
+fn seeded_sampling_gives_the_same_output_alone_and_batched() {
+    // A high temperature makes the fake's peaked rows a spread the seed decides.
+    let sampled = |seed: u64| GenerateRequest {
+        sampling: SamplingParams {
+            temperature: 4.0,
+            seed,
+            ..SamplingParams::default()
+        },
+        ..request(&[5, 6, 7], 16)
+    };
+    let by_itself = alone(Setup::default(), sampled(7)).tokens;
+    assert_ne!(
+        by_itself,
+        alone(Setup::default(), sampled(8)).tokens,
+        "the seed must matter for the test to mean anything"
+    );
+    let mut h = Harness::new(Setup::default());
+    let mut others: Vec<_> = (0..3).map(|i| h.submit(sampled(100 + i))).collect();
+    h.engine.turn();
+    let mut rx = h.submit(sampled(7));
+    others.push(h.submit(request(&[9, 10], 8)));
+    h.run();
+    assert_eq!(outcome(&mut rx).tokens, by_itself);
+    for rx in &mut others {
+        assert!(outcome(rx).finish.is_some());
+    }
+}
+
+#[test]
+fn a_repeated_prompt_prefix_comes_from_the_cache() {
+    let mut h = Harness::new(Setup {
+        prefix_cache: true,
+        ..Setup::default()
+    });
+    // Ten shared tokens: two full blocks the second request can reuse.
+    let shared: Vec<u32> = (0..10).map(|t| (t * 5 + 1) % 40).collect();
+    let first = [&shared[..], &[7]].concat();
+    let second = [&shared[..], &[9, 11]].concat();
+    let mut a = h.submit(request(&first, 6));
+    h.run();
+    let fed_before = h.log.borrow().fed;
+    let mut b = h.submit(request(&second, 6));
+    h.run();
+    let (a, b) = (outcome(&mut a), outcome(&mut b));
+    assert_eq!(a.cached, Some(0));
+    assert_eq!(b.cached, Some(8));
+    assert_eq!(a.tokens, reference(&first, 6, &[EOG]));
+    assert_eq!(b.tokens, reference(&second, 6, &[EOG]));
+    // The second request fed only its uncached prompt tokens, then one token per decode.
+    let fed = h.log.borrow().fed - fed_before;
+    assert_eq!(fed, second.len() - 8 + b.tokens.len() - 1);
+    let s = h.stats.snapshot();
+    assert_eq!(s.cache_hit_tokens, 8);
+    assert_eq!(s.cache_prompt_tokens, (first.len() + second.len()) as u64);
+    assert_eq!(
+        b.usage,
+        Some((second.len(), b.tokens.len())),
+        "usage counts the whole prompt"
+    );
+}
+
+#[test]
+fn a_prefix_shared_by_requests_arriving_together_is_computed_once() {
+    // As `n` choices of one prompt, or one system prompt under several users' turns.
+    let mut h = Harness::new(Setup {
+        prefix_cache: true,
+        ..Setup::default()
+    });
+    let shared: Vec<u32> = (0..16).map(|t| (t * 3 + 2) % 40).collect();
+    let prompts: Vec<Vec<u32>> = (0..4).map(|k| [&shared[..], &[k + 1]].concat()).collect();
+    let mut streams: Vec<_> = prompts.iter().map(|p| h.submit(request(p, 5))).collect();
+    h.run();
+    let outcomes: Vec<Outcome> = streams.iter_mut().map(outcome).collect();
+    let cached: Vec<Option<usize>> = outcomes.iter().map(|o| o.cached).collect();
+    assert_eq!(cached, [Some(0), Some(16), Some(16), Some(16)]);
+    let mut decodes = 0;
+    for (p, o) in prompts.iter().zip(&outcomes) {
+        assert_eq!(o.tokens, reference(p, 5, &[EOG]));
+        decodes += o.tokens.len() - 1;
+    }
+    // One whole prompt, the last token of each other one, and the decodes.
+    assert_eq!(h.log.borrow().fed, 17 + 3 + decodes);
+    assert_eq!(h.free_blocks(), 256 - h.stats.snapshot().cache_idle_blocks);
+}
+
+#[test]
+fn a_request_filling_the_whole_kv_cache_runs_to_its_end() {
+    // 6 blocks of 4: a prompt of 5 and 19 new tokens take every slot.
+    let mut h = Harness::new(Setup {
+        blocks: 6,
+        ..Setup::default()
+    });
+    let prompt = [2, 9, 4, 11, 6];
+    let mut rx = h.submit(GenerateRequest {
+        ignore_eos: true,
+        ..request(&prompt, 19)
+    });
+    h.run();
+    let o = outcome(&mut rx);
+    assert!(o.failed.is_none(), "{o:?}");
+    assert_eq!(o.tokens, reference(&prompt, 19, &[]));
+    assert_eq!(o.finish, Some(FinishReason::Length));
+    assert_eq!(h.stats.snapshot().preemptions, 0);
+    assert_eq!(h.free_blocks(), 6);
+}
+
+#[test]
+fn stopping_a_request_early_leaves_the_others_unchanged() {
+    let mut h = Harness::new(Setup::default());
+    let prompts = [[1, 2, 3], [10, 11, 12], [20, 21, 22]];
+    let mut streams: Vec<_> = prompts.iter().map(|p| h.submit(request(p, 16))).collect();
+    // The harness numbers requests from 1: the second one.
+    let stopped = SeqId(2);
+    for _ in 0..4 {
+        h.engine.turn();
+    }
+    // As a stop string matched in the second request's text.
+    h.engine.handle(Command::Stop(stopped));
+    assert_eq!(
+        h.stats.snapshot().in_flight,
+        2,
+        "its admission slot is free"
+    );
+    let so_far = outcome(&mut streams[1]);
+    assert_eq!(so_far.tokens, reference(&prompts[1], 4, &[]));
+    h.run();
+    let after = outcome(&mut streams[1]);
+    assert!(
+        after.tokens.is_empty() && after.finish.is_none() && after.failed.is_none(),
+        "a stopped request gets no more events: {after:?}"
+    );
+    for k in [0, 2] {
+        let o = outcome(&mut streams[k]);
+        assert_eq!(o.tokens, reference(&prompts[k], 16, &[EOG]));
+    }
+    let s = h.stats.snapshot();
+    assert_eq!((s.finished, s.aborted), (3, 0), "a stop is not an abort");
+    assert_eq!(h.free_blocks(), 256);
+}
+
+#[test]
+fn stop_token_ids_end_the_output_even_with_ignore_eos() {
+    let mut h = Harness::new(Setup::default());
+    let near_end = [41, 42];
+    let full = reference(&near_end, 24, &[]);
+    let eog_at = full
+        .iter()
+        .position(|&t| t == EOG)
+        .expect("the prompt reaches EOG");
+    // A stop id that first comes two tokens past the EOG.
+    let stop = full[eog_at + 2];
+    assert!(!full[..eog_at + 2].contains(&stop));
+    let mut rx = h.submit(GenerateRequest {
+        ignore_eos: true,
+        stop_token_ids: vec![stop],
+        ..request(&near_end, 24)
+    });
+    let mut plain = h.submit(request(&near_end, 24));
+    h.run();
+    let o = outcome(&mut rx);
+    assert_eq!(o.tokens, full[..eog_at + 3]);
+    assert_eq!(o.finish, Some(FinishReason::Stop));
+    // Only the token that ends the output is a stop (its text is left out); the EOG it went
+    // past is not.
+    let mut stops = vec![false; eog_at + 2];
+    stops.push(true);
+    assert_eq!(o.stops, stops);
+    let o = outcome(&mut plain);
+    assert_eq!(o.tokens, full[..=eog_at]);
+    assert_eq!(o.stops.last(), Some(&true));
+    assert_eq!(o.stops.iter().filter(|&&s| s).count(), 1);
+}
+
+#[test]
+fn requests_beyond_max_running_wait_and_start_as_others_finish() {
+    let mut h = Harness::new(Setup {
+        max_running: 2,
+        ..Setup::default()
+    });
+    let prompts: Vec<Vec<u32>> = (0..5).map(|i| vec![3 * i + 1, 3 * i + 2, 30 - i]).collect();
+    let mut streams: Vec<_> = (0..5)
+        .map(|i| h.submit(request(&prompts[i], 3 + i)))
+        .collect();
+    h.engine.turn();
+    let s = h.stats.snapshot();
+    assert_eq!((s.running, s.queued, s.in_flight), (2, 3, 5), "{s:?}");
+    assert_eq!(s.kv_used_blocks, 256 - h.free_blocks());
+    h.run();
+    assert_eq!(
+        h.log.borrow().widest,
+        2,
+        "never more than max_running in a pass"
+    );
+    let mut generated = 0;
+    for (i, rx) in streams.iter_mut().enumerate() {
+        let o = outcome(rx);
+        assert_eq!(o.tokens, reference(&prompts[i], 3 + i, &[EOG]));
+        generated += o.tokens.len() as u64;
+    }
+    let s = h.stats.snapshot();
+    assert_eq!(
+        (s.running, s.queued, s.in_flight, s.kv_used_blocks),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(
+        (s.finished, s.prompt_tokens, s.generation_tokens),
+        (5, 15, generated)
+    );
+}
+
+#[test]
+fn flushing_the_prefix_cache_waits_for_idle_and_empties_it() {
+    let mut h = Harness::new(Setup {
+        prefix_cache: true,
+        ..Setup::default()
+    });
+    let prompt: Vec<u32> = (0..9).map(|t| t * 4 + 1).collect();
+    let mut rx = h.submit(request(&prompt, 4));
+    h.engine.turn();
+    assert_eq!(
+        h.flush(),
+        Err(FlushError::Busy(1)),
+        "a running request keeps its prefix"
+    );
+    h.run();
+    let first = outcome(&mut rx);
+    let cached = h.stats.snapshot().cache_blocks;
+    assert!(cached > 0);
+    assert_eq!(h.flush(), Ok(cached));
+    assert_eq!(
+        h.stats.snapshot().cache_blocks,
+        0,
+        "the metrics see it at once"
+    );
+    assert_eq!(h.free_blocks(), 256);
+    let mut again = h.submit(request(&prompt, 4));
+    h.run();
+    let o = outcome(&mut again);
+    assert_eq!(o.cached, Some(0));
+    assert_eq!(o.tokens, first.tokens);
+    let mut off = Harness::new(Setup::default());
+    assert_eq!(off.flush(), Err(FlushError::Disabled));
+}
+
+#[test]
+fn acceptance_is_counted_per_pass_in_the_stats_and_the_finish_event() {
+    let mut h = Harness::new(Setup {
+        ngram_topk: Some(1),
+        ..Setup::default()
+    });
+    let prompt = counting(10, 30);
+    let mut rx = h.submit(request(&prompt, 24));
+    h.run();
+    let o = outcome(&mut rx);
+    assert_eq!(o.tokens, reference(&prompt, 24, &[EOG]));
+    let s = h.stats.snapshot();
+    assert!(s.spec_verifications > 0 && s.spec_accepted > 0, "{s:?}");
+    assert_eq!(s.accept_hist.iter().sum::<u64>(), s.spec_verifications);
+    let by_bucket: u64 = (0..).zip(s.accept_hist).map(|(k, n)| k * n).sum();
+    assert_eq!(by_bucket, s.spec_accepted);
+    // A pass emits the drafts it accepts and one token of the model's own.
+    let per_pass = (s.spec_accepted + s.spec_verifications) as f32 / s.spec_verifications as f32;
+    assert_eq!(o.accept_length, Some(per_pass));
+    assert!(per_pass > 1.5, "{per_pass}");
+    assert_eq!(o.usage, Some((prompt.len(), o.tokens.len())));
+    assert_eq!(s.generation_tokens, o.tokens.len() as u64);
+    assert!(
+        h.log.borrow().forwards < o.tokens.len(),
+        "fewer passes than tokens"
+    );
+}
+
+#[test]
+fn a_draft_rejected_at_its_first_token_leaves_the_kv_right() {
+    // Each `t` of the prompt is followed by `39 + t`: prompt lookup drafts that after every
+    // output token up to 12, and the model, which counts on, rejects it at once.
+    let mut prompt: Vec<u32> = (1..=12).flat_map(|t| [t, 39 + t]).collect();
+    prompt.push(1);
+    let mut h = Harness::new(Setup {
+        ngram_topk: Some(1),
+        ..Setup::default()
+    });
+    let mut rx = h.submit(request(&prompt, 8));
+    h.run();
+    let o = outcome(&mut rx);
+    // The rejected drafts' KV slots hold their tokens until the next pass overwrites them.
+    assert_eq!(o.tokens, reference(&prompt, 8, &[EOG]));
+    let s = h.stats.snapshot();
+    assert!(s.spec_verifications >= 4, "{s:?}");
+    assert_eq!(s.spec_accepted, 0);
+    assert_eq!(s.accept_hist[0], s.spec_verifications);
+    assert_eq!(o.accept_length, Some(1.0));
+    assert_eq!(h.free_blocks(), 256);
+}
+
+#[test]
+fn speculation_stays_off_while_more_requests_run_than_the_threshold() {
+    let mut h = Harness::new(Setup {
+        ngram_topk: Some(1),
+        spec_batch_threshold: Some(1),
+        ..Setup::default()
+    });
+    // Prompts whose output prompt lookup can draft from: the short ones would draft too.
+    let prompts = [
+        counting(10, 30),
+        counting(20, 30),
+        (5..45).chain(5..7).collect(),
+    ];
+    let lengths = [6, 6, 24];
+    let mut streams: Vec<_> = prompts
+        .iter()
+        .zip(lengths)
+        .map(|(p, n)| h.submit(request(p, n)))
+        .collect();
+    h.run();
+    let outcomes: Vec<Outcome> = streams.iter_mut().map(outcome).collect();
+    for ((p, n), o) in prompts.iter().zip(lengths).zip(&outcomes) {
+        assert_eq!(o.tokens, reference(p, n, &[EOG]));
+    }
+    // The short ones ran with three sequences running: never a draft.
+    assert_eq!(outcomes[0].accept_length, None);
+    assert_eq!(outcomes[1].accept_length, None);
+    // The long one, alone once they finished, drafted.
+    assert!(
+        outcomes[2].accept_length.is_some_and(|a| a > 1.0),
+        "{:?}",
+        outcomes[2]
+    );
+    let s = h.stats.snapshot();
+    assert!(s.spec_steps_off > 0 && s.spec_steps_on > 0, "{s:?}");
+}
+
+#[test]
+fn logprobs_come_with_every_token_verified_drafts_included() {
+    let mut h = Harness::new(Setup {
+        ngram_topk: Some(1),
+        ..Setup::default()
+    });
+    let prompt = counting(10, 30);
+    let mut rx = h.submit(GenerateRequest {
+        logprobs: Some(2),
+        ..request(&prompt, 16)
+    });
+    h.run();
+    let o = outcome(&mut rx);
+    assert_eq!(o.tokens, reference(&prompt, 16, &[EOG]));
+    assert!(h.stats.snapshot().spec_accepted > 0);
+    // The fake's row puts 10 on the model's token and 0 on the 63 others.
+    let chosen = 10.0 - (10f32.exp() + 63.0).ln();
+    for (&t, (logprob, top)) in o.tokens.iter().zip(&o.logprobs) {
+        let lp = logprob.expect("a log-probability for every token");
+        assert!((lp - chosen).abs() < 1e-4, "{lp} vs {chosen}");
+        assert_eq!(top.len(), 2);
+        assert_eq!(top[0].0, t, "the chosen token is the most likely one");
+    }
+}
+
+/// An engine handle over `config` with no engine thread: the admission checks alone, with the
+/// inbox the commands go to.
+fn bare_handle(config: EngineConfig) -> (EngineHandle, std::sync::mpsc::Receiver<Command>) {
+    let (commands, inbox) = std::sync::mpsc::channel();
+    let handle = EngineHandle {
+        commands,
+        stats: Arc::new(EngineStats::default()),
+        config: Arc::new(config),
+        next_id: Arc::new(AtomicU64::new(1)),
+        closing: Arc::new(AtomicBool::new(false)),
+        alive: Arc::new(AtomicBool::new(true)),
+    };
+    (handle, inbox)
+}
+
+#[test]
+fn submissions_over_the_limits_are_refused_with_the_reason() {
+    // A KV cache of 64 tokens under a context of 80; one running and one queued at most.
+    let config = EngineConfig {
+        context_length: 80,
+        max_queued: 1,
+        ..engine_config(&Setup {
+            blocks: 16,
+            max_running: 1,
+            ..Setup::default()
+        })
+    };
+    let (handle, inbox) = bare_handle(config);
+    assert_eq!(handle.check(0, 1), Err(SubmitError::EmptyPrompt));
+    assert_eq!(handle.check(1, 0), Err(SubmitError::NoTokens));
+    assert_eq!(handle.check(60, 4), Ok(()), "exactly the KV cache fits");
+    assert!(matches!(
+        handle.check(60, 5),
+        Err(SubmitError::OverKvCapacity {
+            needed: 65,
+            limit: 64,
+            ..
+        })
+    ));
+    assert!(matches!(
+        handle.check(70, 11),
+        Err(SubmitError::OverContext {
+            needed: 81,
+            limit: 80,
+            ..
+        })
+    ));
+    assert!(matches!(
+        handle.check(usize::MAX, 1),
+        Err(SubmitError::OverContext { .. })
+    ));
+    let a = handle.submit(request(&[1], 1)).unwrap();
+    let b = handle.submit(request(&[2], 1)).unwrap();
+    assert!(a.id < b.id);
+    assert_eq!(
+        handle.submit(request(&[3], 1)).unwrap_err(),
+        SubmitError::Overloaded(2)
+    );
+    assert_eq!(handle.in_flight(), 2);
+    assert_eq!(
+        inbox.try_iter().count(),
+        2,
+        "only the admitted ones reach the engine"
+    );
+    handle.close();
+    assert_eq!(
+        handle.submit(request(&[4], 1)).unwrap_err(),
+        SubmitError::ShuttingDown
+    );
+    // An engine that is gone refuses too, and gives the admission slot back.
+    let (handle, inbox) = bare_handle(engine_config(&Setup::default()));
+    drop(inbox);
+    assert_eq!(
+        handle.submit(request(&[5], 1)).unwrap_err(),
+        SubmitError::Stopped
+    );
+    assert_eq!(handle.in_flight(), 0);
 }
