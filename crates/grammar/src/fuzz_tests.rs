@@ -12,6 +12,7 @@ use crate::{
     BareCalls, CallShape, GrammarConfig, GrammarError, GrammarLimits, GrammarSpec, Grammars,
     OptionalCalls, StructuralTag, TaggedStructure, ebnf_to_lark,
 };
+use fuzzing::replace_node;
 use model::sampler::TokenConstraint;
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -52,32 +53,12 @@ fn seeds(dir: &str) -> Vec<Vec<u8>> {
 /// The seed texts, edited: bytes flipped or set, `PIECES` inserted, ranges deleted or repeated,
 /// the end cut off (as text: broken UTF-8 is replaced).
 fn mutated_text(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = String> {
-    let n = seeds.len();
-    (0..n, vec((0u8..6, any::<usize>(), any::<u8>()), 0..6)).prop_map(move |(i, edits)| {
-        let mut b = seeds[i].clone();
-        for (kind, at, v) in edits {
-            let at = at % (b.len() + 1);
-            let len = usize::from(v % 16) + 1;
-            match kind {
-                0 if at < b.len() => b[at] ^= 1 << (v % 8),
-                1 if at < b.len() => b[at] = v,
-                2 => {
-                    let t = PIECES[usize::from(v) % PIECES.len()].as_bytes();
-                    b.splice(at..at, t.iter().copied());
-                }
-                3 => {
-                    b.drain(at..(at + len).min(b.len()));
-                }
-                4 => b.truncate(at),
-                5 => {
-                    let piece = b[at..(at + len).min(b.len())].to_vec();
-                    b.splice(at..at, piece);
-                }
-                _ => {}
-            }
-        }
-        String::from_utf8_lossy(&b).into_owned()
-    })
+    let with = fuzzing::Mutations {
+        tokens: PIECES,
+        splice: false,
+        huge: &[],
+    };
+    fuzzing::mutated(seeds, with).prop_map(|b| String::from_utf8_lossy(&b.0).into_owned())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,39 +287,6 @@ fn schema_seeds() -> impl Strategy<Value = Value> {
         replace_node(&mut v, at, new);
         v
     })
-}
-
-/// Replaces node `k` (of the nodes in pre-order, modulo their number) of `v` by `new`.
-fn replace_node(v: &mut Value, k: usize, new: Value) {
-    fn count(v: &Value) -> usize {
-        1 + match v {
-            Value::Array(a) => a.iter().map(count).sum(),
-            Value::Object(o) => o.values().map(count).sum(),
-            _ => 0,
-        }
-    }
-    fn walk(v: &mut Value, k: &mut usize, new: &mut Option<Value>) {
-        if *k == 0 {
-            if let Some(n) = new.take() {
-                *v = n;
-            }
-            return;
-        }
-        *k -= 1;
-        let children: Vec<&mut Value> = match v {
-            Value::Array(a) => a.iter_mut().collect(),
-            Value::Object(o) => o.values_mut().collect(),
-            _ => return,
-        };
-        for c in children {
-            walk(c, k, new);
-            if new.is_none() {
-                return;
-            }
-        }
-    }
-    let mut k = k % count(v);
-    walk(v, &mut k, &mut Some(new));
 }
 
 /// Limits small enough that random specs pass each of them.

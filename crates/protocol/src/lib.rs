@@ -1,9 +1,11 @@
-//! OpenAI wire types, shared by the server, the benchmark client and the mock server: chat
-//! messages, responses and stream chunks, usage, models and the error body.
+//! OpenAI wire types, shared by the server, the benchmark client and the mock server: the
+//! generating routes' typed requests (`request`), and chat messages, responses and stream
+//! chunks, usage, models and the error body.
 //!
-//! Only serde types live here (no I/O). Requests have none: the server reads them field by field
-//! (naming the parameter in each error) and clients write them as JSON, their messages as
+//! Only serde types live here (no I/O). Clients write requests as JSON, their messages as
 //! [`ChatMessage`], which keeps its other fields (`tool_calls`, `name`, ...) in `extra`.
+
+pub mod request;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -3,13 +3,11 @@
 //! deltas (`reasoning_content`, `tool_calls`).
 
 use crate::Shared;
-use crate::body::Body;
 use crate::error::ApiError;
-use crate::fields::Route;
 use crate::generate::{Generation, ParseSpec, TokenInfo};
 use crate::params;
 use crate::parsers::{Output, ToolFormat};
-use crate::request::{blocking, check_length, check_prompt_bytes, read_body};
+use crate::request::{blocking, check_length, check_prompt_bytes, read_request};
 use crate::respond::{StreamFormat, random_id, respond, to_json};
 use crate::response_format;
 use crate::responses;
@@ -19,6 +17,7 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::Response;
 use model::chat_template::ChatOptions;
+use protocol::request::ChatCompletionRequest;
 use protocol::{ChatCompletionChunk, Delta, FunctionCallDelta, ToolCallDelta};
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -28,20 +27,20 @@ pub(crate) async fn chat(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let mut body = read_body(&state, body, Route::Chat)?;
-    let mut params = params::parse(&body, true, state.model().tokenizer.vocab_size())?;
-    let output_format = response_format::parse(&body)?;
-    let messages = match body.0.remove("messages").filter(|m| !m.is_null()) {
-        Some(Value::Array(m)) if !m.is_empty() => m,
-        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "`messages` is empty")),
-        Some(_) => return Err(ApiError::invalid("messages", "`messages` must be a list")),
+    let mut request: ChatCompletionRequest = read_request(&state, body)?;
+    let mut params = params::for_chat(&request, state.model().tokenizer.vocab_size())?;
+    let output_format = response_format::parse(&request.generation)?;
+    let messages = match request.messages.take() {
+        Some(m) if !m.is_empty() => m,
+        Some(_) => return Err(ApiError::invalid("messages", "`messages` is empty")),
         None => return Err(ApiError::invalid("messages", "`messages` is required")),
     };
     // Text that cannot fit the context however it is tokenized is refused before rendering.
     check_prompt_bytes(&state, text_bytes(&messages), "messages")?;
-    let (opts, enable_thinking) = template_options(&body)?;
-    let separate_reasoning = body.bool("separate_reasoning")?.unwrap_or(true);
-    let tools = ToolRequest::parse(&body)?;
+    let (opts, enable_thinking) = template_options(&request)?;
+    let separate_reasoning = request.separate_reasoning.unwrap_or(true);
+    let tools = ToolRequest::parse(&request)?;
+    drop(request);
     tool_request::check_history(&messages)?;
     if tools.forced().is_some() && state.tool_parser.is_none() {
         return Err(ApiError::invalid(
@@ -118,20 +117,15 @@ fn text_bytes(messages: &[Value]) -> usize {
 
 /// `add_generation_prompt` and `chat_template_kwargs` as the template's options, and
 /// `chat_template_kwargs.enable_thinking` (`None`: not given).
-fn template_options(body: &Body) -> Result<(ChatOptions, Option<bool>), ApiError> {
+fn template_options(
+    request: &ChatCompletionRequest,
+) -> Result<(ChatOptions, Option<bool>), ApiError> {
     let mut opts = ChatOptions::default();
-    if let Some(v) = body.bool("add_generation_prompt")? {
+    if let Some(v) = request.add_generation_prompt {
         opts.add_generation_prompt = v;
     }
-    match body.get("chat_template_kwargs") {
-        None => {}
-        Some(Value::Object(kw)) => opts.extra = kw.clone(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "chat_template_kwargs",
-                "`chat_template_kwargs` must be an object",
-            ));
-        }
+    if let Some(kw) = &request.chat_template_kwargs {
+        opts.extra = kw.clone();
     }
     let enable_thinking = match opts.extra.get("enable_thinking") {
         None | Some(Value::Null) => None,

@@ -2,13 +2,11 @@
 //! as it is (no template), answered as OpenAI's `text_completion`.
 
 use crate::Shared;
-use crate::body::Body;
 use crate::error::ApiError;
-use crate::fields::Route;
 use crate::generate::{Generation, ParseSpec, TokenInfo};
 use crate::params::{self, GenParams, MAX_N};
 use crate::parsers::Output;
-use crate::request::{blocking, check_length, check_prompt_bytes, read_body};
+use crate::request::{blocking, check_length, check_prompt_bytes, read_request};
 use crate::respond::{StreamFormat, random_id, respond, to_json};
 use crate::response_format;
 use crate::responses::{self, ChoiceResult};
@@ -16,7 +14,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::Response;
-use serde_json::Value;
+use protocol::request::{CompletionRequest, PromptInput};
 use std::time::Instant;
 
 /// Every prompt checked and tokenized before any is submitted; `n` choices each (the best `n`
@@ -26,13 +24,14 @@ pub(crate) async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let body = read_body(&state, body, Route::Completions)?;
+    let mut request: CompletionRequest = read_request(&state, body)?;
     let vocab = state.model().tokenizer.vocab_size();
-    let mut params = params::parse(&body, false, vocab)?;
-    let extras = Extras::parse(&body, &mut params)?;
-    params.constraint = response_format::compile(&state, response_format::parse(&body)?).await?;
-    let prompts = prompts(&body, vocab)?;
-    drop(body);
+    let mut params = params::for_completion(&request, vocab)?;
+    let extras = Extras::parse(&request, &mut params)?;
+    let format = response_format::parse(&request.generation)?;
+    params.constraint = response_format::compile(&state, format).await?;
+    let prompts = prompts(request.prompt.take().map(|p| p.0), vocab)?;
+    drop(request);
     crate::generate::check_sequences(&state.model().engine, prompts.len(), params.n)?;
     for p in &prompts {
         if let Prompt::Text(t) = p {
@@ -93,14 +92,14 @@ struct Extras {
 
 impl Extras {
     /// Reads them, and sets `params` to generate `best_of` choices a prompt.
-    fn parse(body: &Body, params: &mut GenParams) -> Result<Self, ApiError> {
-        if body.str("suffix")?.is_some_and(|s| !s.is_empty()) {
+    fn parse(request: &CompletionRequest, params: &mut GenParams) -> Result<Self, ApiError> {
+        if request.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::invalid(
                 "suffix",
                 "`suffix` is not supported: this server has no fill-in-the-middle prompt format",
             ));
         }
-        let echo = body.bool("echo")?.unwrap_or(false);
+        let echo = request.echo.unwrap_or(false);
         if echo && params.logprobs.is_some() {
             return Err(ApiError::invalid(
                 "echo",
@@ -108,7 +107,7 @@ impl Extras {
             ));
         }
         let logprobs = params.logprobs.is_some();
-        let best_of = body.integer("best_of", 1, MAX_N)?.map(|b| b as usize);
+        let best_of = params::integer("best_of", request.best_of, 1, MAX_N)?.map(|b| b as usize);
         let keep = match best_of {
             Some(b) if b < params.n => {
                 return Err(ApiError::invalid(
@@ -186,48 +185,22 @@ enum Prompt {
     Ids(Vec<u32>),
 }
 
-/// `prompt`: a string, a list of strings, token ids, or a list of token-id lists (ids below
-/// `vocab`).
-fn prompts(body: &Body, vocab: usize) -> Result<Vec<Prompt>, ApiError> {
-    let ids = |v: &Vec<Value>| -> Result<Vec<u32>, ApiError> {
-        v.iter()
-            .map(|t| {
-                t.as_u64()
-                    .filter(|&id| (id as usize) < vocab)
-                    .map(|id| id as u32)
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "prompt",
-                            format!("token ids must be integers below {vocab}"),
-                        )
-                    })
-            })
-            .collect()
-    };
-    let not_a_prompt = || {
-        ApiError::invalid(
-            "prompt",
-            "`prompt` must be a string, a list of strings, or token ids",
-        )
-    };
-    match body.get("prompt") {
-        Some(Value::String(s)) => Ok(vec![Prompt::Text(s.clone())]),
-        Some(Value::Array(items)) if !items.is_empty() => {
-            if items.iter().all(Value::is_number) {
-                return Ok(vec![Prompt::Ids(ids(items)?)]);
+/// `prompt`'s prompts, their token ids below `vocab`.
+fn prompts(given: Option<Vec<PromptInput>>, vocab: usize) -> Result<Vec<Prompt>, ApiError> {
+    let given = given.ok_or_else(|| ApiError::invalid("prompt", "`prompt` is required"))?;
+    given
+        .into_iter()
+        .map(|p| match p {
+            PromptInput::Text(t) => Ok(Prompt::Text(t)),
+            PromptInput::Ids(ids) if ids.iter().all(|&id| (id as usize) < vocab) => {
+                Ok(Prompt::Ids(ids))
             }
-            items
-                .iter()
-                .map(|item| match item {
-                    Value::String(s) => Ok(Prompt::Text(s.clone())),
-                    Value::Array(inner) => Ok(Prompt::Ids(ids(inner)?)),
-                    _ => Err(not_a_prompt()),
-                })
-                .collect()
-        }
-        Some(_) => Err(not_a_prompt()),
-        None => Err(ApiError::invalid("prompt", "`prompt` is required")),
-    }
+            PromptInput::Ids(_) => Err(ApiError::invalid(
+                "prompt",
+                format!("token ids must be integers below {vocab}"),
+            )),
+        })
+        .collect()
 }
 
 /// The prompts as token ids (tokenized off the async threads).

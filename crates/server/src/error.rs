@@ -51,6 +51,14 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
+    /// The 400 for a body that is not its route's request.
+    pub fn field(e: protocol::request::FieldError) -> Self {
+        Self {
+            param: e.param,
+            ..Self::bad_request(e.message)
+        }
+    }
+
     /// OpenAI's `type` for the status.
     fn kind(&self) -> &'static str {
         match self.status {

@@ -1,11 +1,11 @@
-//! Every top-level field a generating route knows, and what becomes of it: read (the route's
-//! own and the shared generation parameters), rewritten into the field it is an alias of (vLLM's
+//! Every top-level field a generating route knows, and what becomes of it: read (the fields of
+//! its typed request, `protocol::request`), rewritten into the field it is an alias of (vLLM's
 //! `guided_*`, OpenAI's legacy `functions` / `function_call`), accepted as bookkeeping that does
 //! not change the output (`user`, `metadata`, ...), or refused with a 400 naming it. Nothing a
 //! client sends is dropped unseen: a field in none of these lists is a 400 too.
 
-use crate::body::Body;
 use crate::error::ApiError;
+use protocol::request::{ChatCompletionRequest, CompletionRequest, GenerationFields, field_names};
 use serde_json::{Map, Value, json};
 
 /// Which route's fields.
@@ -15,46 +15,16 @@ pub(crate) enum Route {
     Completions,
 }
 
-/// Read by both routes (`params.rs`, `response_format.rs`, `request.rs`).
-const SHARED: &[&str] = &[
-    "model",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-    "stop",
-    "stop_token_ids",
-    "n",
-    "logprobs",
-    "logit_bias",
-    "stream",
-    "stream_options",
-    "ignore_eos",
-    "response_format",
-    "regex",
-    "ebnf",
-];
-
-/// Read by chat only (`chat.rs`, `tool_request.rs`).
-const CHAT: &[&str] = &[
-    "messages",
-    "max_completion_tokens",
-    "top_logprobs",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "add_generation_prompt",
-    "chat_template_kwargs",
-    "separate_reasoning",
-];
-
-/// Read by completions only (`completions.rs`).
-const COMPLETIONS: &[&str] = &["prompt", "echo", "best_of", "suffix"];
+impl Route {
+    /// The fields the route reads: both routes' and its own, as its typed request declares them.
+    pub(crate) fn reads(self, field: &str) -> bool {
+        let own = match self {
+            Route::Chat => field_names::<ChatCompletionRequest>(),
+            Route::Completions => field_names::<CompletionRequest>(),
+        };
+        field_names::<GenerationFields>().contains(&field) || own.contains(&field)
+    }
+}
 
 /// Accepted, and without effect on what is generated: identifiers and bookkeeping a client or
 /// proxy attaches (OpenAI's `user`, `metadata`, `store` — nothing is stored here, so nothing
@@ -100,18 +70,14 @@ const RESERVED_TEMPLATE_KEYS: &[&str] = &[
 
 /// Rewrites aliases into the fields they stand for, then refuses any field the route does not
 /// read (naming it).
-pub(crate) fn normalise(body: &mut Body, route: Route) -> Result<(), ApiError> {
-    guided_aliases(&mut body.0)?;
+pub(crate) fn normalise(body: &mut Map<String, Value>, route: Route) -> Result<(), ApiError> {
+    guided_aliases(body)?;
     if route == Route::Chat {
-        legacy_functions(&mut body.0)?;
+        legacy_functions(body)?;
     }
-    let own = match route {
-        Route::Chat => CHAT,
-        Route::Completions => COMPLETIONS,
-    };
-    for (key, value) in &body.0 {
+    for (key, value) in body.iter() {
         let k = key.as_str();
-        if SHARED.contains(&k) || own.contains(&k) || BOOKKEEPING.contains(&k) {
+        if route.reads(k) || BOOKKEEPING.contains(&k) {
             continue;
         }
         // `modalities: ["text"]` asks for what is generated anyway.
@@ -257,8 +223,8 @@ mod tests {
     use super::*;
 
     fn normalised(json: Value, route: Route) -> Result<Map<String, Value>, ApiError> {
-        let mut body = Body::parse(json.to_string().as_bytes()).unwrap();
-        normalise(&mut body, route).map(|()| body.0)
+        let mut body = crate::request::json_object(json.to_string().as_bytes()).unwrap();
+        normalise(&mut body, route).map(|()| body)
     }
 
     #[test]

@@ -6,7 +6,6 @@
 //! take long. The seeds are the files under `testdata/fuzz/`; each target runs a few hundred to
 //! a couple of thousand cases, and `SPECULA_FUZZ_CASES=N` runs N instead (a longer hunt).
 
-use crate::body::Body;
 use crate::error::ApiError;
 use crate::fields::{self, Route};
 use crate::params::{self, GenParams};
@@ -15,12 +14,16 @@ use crate::parsers::{
 };
 use crate::response_format;
 use crate::tool_request::{self, ToolChoice, ToolRequest};
+use fuzzing::{Bytes, replace_node};
 use grammar::{GrammarLimits, GrammarSpec};
 use model::chat_template::TemplateCaps;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::TestCaseError;
+use protocol::request::{
+    ChatCompletionRequest, CompletionRequest, GenerationFields, field_names, parse,
+};
 use serde_json::{Map, Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -45,92 +48,25 @@ fn seeds(dir: &str) -> Vec<Vec<u8>> {
     )
 }
 
-/// Bytes, shown as text when a case fails.
-#[derive(Clone)]
-struct Bytes(Vec<u8>);
-
-impl std::fmt::Debug for Bytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(&self.0))
-    }
-}
-
-/// One edit of a seed: (what, where, a byte that picks or is the value).
-type Edit = (u8, usize, u8);
-
-/// A seed with a few edits: bits flipped, bytes set, `tokens` inserted, ranges deleted or
-/// repeated, the end cut off, or another seed's tail spliced in.
+/// A seed body with a few edits, `tokens` inserted among them.
 fn mutated(seeds: Vec<Vec<u8>>, tokens: &'static [&'static str]) -> impl Strategy<Value = Bytes> {
-    let n = seeds.len();
-    (0..n, 0..n, vec((0u8..7, any::<usize>(), any::<u8>()), 0..6))
-        .prop_map(move |(i, j, edits)| Bytes(mutate(&seeds[i], &seeds[j], &edits, tokens)))
-}
-
-fn mutate(seed: &[u8], other: &[u8], edits: &[Edit], tokens: &[&str]) -> Vec<u8> {
-    let mut b = seed.to_vec();
-    for &(kind, at, v) in edits {
-        let at = at % (b.len() + 1);
-        let len = usize::from(v % 16) + 1;
-        match kind {
-            0 if at < b.len() => b[at] ^= 1 << (v % 8),
-            1 if at < b.len() => b[at] = v,
-            2 => {
-                let t = tokens[usize::from(v) % tokens.len()].as_bytes();
-                b.splice(at..at, t.iter().copied());
-            }
-            3 => {
-                b.drain(at..(at + len).min(b.len()));
-            }
-            4 => b.truncate(at),
-            5 => {
-                let piece = b[at..(at + len).min(b.len())].to_vec();
-                b.splice(at..at, piece);
-            }
-            _ => {
-                b.truncate(at);
-                b.extend_from_slice(&other[usize::from(v) * other.len() / 256..]);
-            }
-        }
-    }
-    b
+    let with = fuzzing::Mutations {
+        tokens,
+        splice: true,
+        huge: &[],
+    };
+    fuzzing::mutated(seeds, with)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Random JSON in the API's terms.
 
-/// The top-level fields chat reads.
-const CHAT_FIELDS: &[&str] = &[
-    "model",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-    "stop",
-    "stop_token_ids",
-    "n",
-    "logprobs",
-    "logit_bias",
-    "stream",
-    "stream_options",
-    "ignore_eos",
-    "response_format",
-    "regex",
-    "ebnf",
-    "messages",
-    "max_completion_tokens",
-    "top_logprobs",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "add_generation_prompt",
-    "chat_template_kwargs",
-    "separate_reasoning",
-];
+/// The top-level fields chat reads, as its typed request declares them.
+fn chat_fields() -> Vec<&'static str> {
+    let mut fields = field_names::<GenerationFields>().to_vec();
+    fields.extend(field_names::<ChatCompletionRequest>());
+    fields
+}
 
 /// Fields of completions only, bookkeeping, aliases, and fields that are refused.
 const OTHER_FIELDS: &[&str] = &[
@@ -479,12 +415,12 @@ fn grammar_text() -> impl Strategy<Value = String> {
 
 /// A request body: its fields mostly chat's, their values mostly of their shape.
 fn body_value() -> impl Strategy<Value = Value> {
-    let named = |fields: &'static [&'static str]| {
+    let named = |fields: Vec<&'static str>| {
         select(fields).prop_flat_map(|f| (Just(f.to_string()), field(f)))
     };
     let entry = prop_oneof![
-        12 => named(CHAT_FIELDS),
-        2 => named(OTHER_FIELDS),
+        12 => named(chat_fields()),
+        2 => named(OTHER_FIELDS.to_vec()),
         1 => (".{0,8}", value()),
     ];
     let fields = vec(entry, 0..8);
@@ -493,7 +429,7 @@ fn body_value() -> impl Strategy<Value = Value> {
         field("messages"),
         field("tools"),
         proptest::option::of(field("tool_choice")),
-        vec(named(CHAT_FIELDS), 0..6),
+        vec(named(chat_fields()), 0..6),
     )
         .prop_map(|(m, t, c, rest)| {
             let mut body = Map::from_iter(rest);
@@ -506,39 +442,6 @@ fn body_value() -> impl Strategy<Value = Value> {
         });
     let any = fields.prop_map(|kv| Value::Object(kv.into_iter().collect()));
     prop_oneof![any, chat]
-}
-
-/// Replaces node `k` (of the nodes in pre-order, modulo their number) of `v` by `new`.
-fn replace_node(v: &mut Value, k: usize, new: Value) {
-    fn count(v: &Value) -> usize {
-        1 + match v {
-            Value::Array(a) => a.iter().map(count).sum(),
-            Value::Object(o) => o.values().map(count).sum(),
-            _ => 0,
-        }
-    }
-    fn walk(v: &mut Value, k: &mut usize, new: &mut Option<Value>) {
-        if *k == 0 {
-            if let Some(n) = new.take() {
-                *v = n;
-            }
-            return;
-        }
-        *k -= 1;
-        let children: Vec<&mut Value> = match v {
-            Value::Array(a) => a.iter_mut().collect(),
-            Value::Object(o) => o.values_mut().collect(),
-            _ => return,
-        };
-        for c in children {
-            walk(c, k, new);
-            if new.is_none() {
-                return;
-            }
-        }
-    }
-    let mut k = k % count(v);
-    walk(v, &mut k, &mut Some(new));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -596,25 +499,39 @@ fn check_limits(spec: &Option<GrammarSpec>) {
 /// Every step of the front end a body goes through before anything is compiled or rendered,
 /// for both routes.
 fn front_end(bytes: &[u8]) -> Result<(), TestCaseError> {
-    let parsed = match Body::parse(bytes) {
+    let parsed = match crate::request::json_object(bytes) {
         Ok(b) => b,
         Err(e) => return client_error(&e),
     };
     for route in [Route::Chat, Route::Completions] {
-        let mut body = Body(parsed.0.clone());
+        let mut body = parsed.clone();
         if let Err(e) = fields::normalise(&mut body, route) {
             client_error(&e)?;
             continue;
         }
-        let chat = route == Route::Chat;
-        match params::parse(&body, chat, VOCAB) {
+        let body = Value::Object(body);
+        let (params, generation, chat) = if route == Route::Chat {
+            match parse::<ChatCompletionRequest>(body) {
+                Ok(r) => (params::for_chat(&r, VOCAB), r.generation.clone(), Some(r)),
+                Err(e) => {
+                    client_error(&ApiError::field(e))?;
+                    continue;
+                }
+            }
+        } else {
+            match parse::<CompletionRequest>(body) {
+                Ok(r) => (params::for_completion(&r, VOCAB), r.generation, None),
+                Err(e) => {
+                    client_error(&ApiError::field(e))?;
+                    continue;
+                }
+            }
+        };
+        match params {
             Ok(p) => check_params(&p)?,
             Err(e) => client_error(&e)?,
         }
-        if let Err(e) = body.str("model") {
-            client_error(&e)?;
-        }
-        let output = match response_format::parse(&body) {
+        let output = match response_format::parse(&generation) {
             Ok(spec) => spec,
             Err(e) => {
                 client_error(&e)?;
@@ -622,8 +539,8 @@ fn front_end(bytes: &[u8]) -> Result<(), TestCaseError> {
             }
         };
         check_limits(&output);
-        if chat {
-            tools(&body, output)?;
+        if let Some(chat) = chat {
+            tools(&chat, output)?;
         }
     }
     Ok(())
@@ -631,15 +548,15 @@ fn front_end(bytes: &[u8]) -> Result<(), TestCaseError> {
 
 /// The tool side of a chat body: `tools` and `tool_choice`, the history, the grammar of each
 /// format, and the messages adapted to templates that can and cannot show tools.
-fn tools(body: &Body, output: Option<GrammarSpec>) -> Result<(), TestCaseError> {
-    let messages = match body.get("messages") {
-        Some(Value::Array(m)) => m.clone(),
-        _ => Vec::new(),
-    };
+fn tools(
+    request: &ChatCompletionRequest,
+    output: Option<GrammarSpec>,
+) -> Result<(), TestCaseError> {
+    let messages = request.messages.clone().unwrap_or_default();
     if let Err(e) = tool_request::check_history(&messages) {
         client_error(&e)?;
     }
-    let tools = match ToolRequest::parse(body) {
+    let tools = match ToolRequest::parse(request) {
         Ok(t) => t,
         Err(e) => return client_error(&e),
     };

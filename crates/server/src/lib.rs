@@ -6,7 +6,6 @@
 //! handle; each response follows the engine's token events. A client that goes away drops its
 //! generation, which aborts the request in the engine within one step.
 
-mod body;
 pub mod budget;
 mod chat;
 mod completions;

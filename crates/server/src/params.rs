@@ -1,10 +1,9 @@
 //! The generation parameters chat and completion requests share, validated with OpenAI's names
 //! and ranges (plus vLLM/SGLang's `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`).
 
-use crate::body::Body;
 use crate::error::ApiError;
 use model::sampler::SamplingParams;
-use serde_json::Value;
+use protocol::request::{ChatCompletionRequest, CompletionRequest, GenerationFields};
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_N: i64 = 16;
@@ -37,45 +36,83 @@ pub struct GenParams {
     pub constraint: Option<Box<dyn model::sampler::TokenConstraint>>,
 }
 
-/// Reads the shared parameters (each checked in this order, so that a request with several
-/// mistakes is told about the same one). `chat` selects how `logprobs` is spelled: a boolean plus
-/// `top_logprobs` (chat) or an integer (completions); `vocab` bounds `logit_bias`'s token ids.
-pub fn parse(body: &Body, chat: bool, vocab: usize) -> Result<GenParams, ApiError> {
-    let max_tokens = max_tokens(body, chat)?;
-    let (mut sampling, seed) = sampling(body)?;
-    sampling.logit_bias = logit_bias(body, vocab)?;
-    let stop = stop(body)?;
-    let stop_token_ids = stop_token_ids(body)?;
-    let n = body.integer("n", 1, MAX_N)?.unwrap_or(1) as usize;
-    let logprobs = logprobs(body, chat)?;
-    let stream = body.bool("stream")?.unwrap_or(false);
-    let include_usage = include_usage(body)?;
+/// A chat request's parameters: `max_completion_tokens` wins over `max_tokens`, and `logprobs`
+/// is a boolean with `top_logprobs` the count.
+pub fn for_chat(r: &ChatCompletionRequest, vocab: usize) -> Result<GenParams, ApiError> {
+    let max_tokens = max_tokens(&r.generation, r.max_completion_tokens)?;
+    shared(&r.generation, max_tokens, vocab, || {
+        let on = r.logprobs.unwrap_or(false);
+        let top = integer("top_logprobs", r.top_logprobs, 0, MAX_TOP_LOGPROBS)?;
+        if top.is_some() && !on {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs` set to true",
+            ));
+        }
+        Ok(on.then(|| top.unwrap_or(0) as usize))
+    })
+}
+
+/// A completion request's parameters: `logprobs` is the count.
+pub fn for_completion(r: &CompletionRequest, vocab: usize) -> Result<GenParams, ApiError> {
+    let max_tokens = max_tokens(&r.generation, None)?;
+    shared(&r.generation, max_tokens, vocab, || {
+        Ok(integer("logprobs", r.logprobs, 0, MAX_TOP_LOGPROBS)?.map(|k| k as usize))
+    })
+}
+
+/// Checks the shared parameters (each in this order, so that a request with several mistakes
+/// is told about the same one); `logprobs` reads the route's spelling of them, and `vocab`
+/// bounds `logit_bias`'s token ids.
+fn shared(
+    g: &GenerationFields,
+    max_tokens: Option<usize>,
+    vocab: usize,
+    logprobs: impl FnOnce() -> Result<Option<usize>, ApiError>,
+) -> Result<GenParams, ApiError> {
+    let (mut sampling, seed) = sampling(g)?;
+    sampling.logit_bias = logit_bias(g, vocab)?;
+    let stop = stop(g)?;
+    let n = integer("n", g.n, 1, MAX_N)?.unwrap_or(1) as usize;
     Ok(GenParams {
         max_tokens,
         sampling,
         seed,
         stop,
-        stop_token_ids,
+        stop_token_ids: g.stop_token_ids.clone().unwrap_or_default(),
         n,
-        logprobs,
-        stream,
-        include_usage,
-        ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
+        logprobs: logprobs()?,
+        stream: g.stream.unwrap_or(false),
+        include_usage: g
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+        ignore_eos: g.ignore_eos.unwrap_or(false),
         constraint: None,
     })
 }
 
 /// `max_tokens`, or chat's `max_completion_tokens` (which wins): at least 1.
-fn max_tokens(body: &Body, chat: bool) -> Result<Option<usize>, ApiError> {
+fn max_tokens(
+    g: &GenerationFields,
+    max_completion_tokens: Option<i64>,
+) -> Result<Option<usize>, ApiError> {
     let limit = i64::from(u32::MAX);
-    let mut max_tokens = body.integer("max_tokens", i64::MIN, limit)?;
-    if chat && let Some(v) = body.integer("max_completion_tokens", i64::MIN, limit)? {
-        max_tokens = Some(v);
+    let mut max_tokens = integer("max_tokens", g.max_tokens, i64::MIN, limit)?;
+    let completion = integer(
+        "max_completion_tokens",
+        max_completion_tokens,
+        i64::MIN,
+        limit,
+    )?;
+    if completion.is_some() {
+        max_tokens = completion;
     }
     if let Some(v) = max_tokens
         && v < 1
     {
-        let param = if body.get("max_completion_tokens").is_some() {
+        let param = if completion.is_some() {
             "max_completion_tokens"
         } else {
             "max_tokens"
@@ -89,22 +126,19 @@ fn max_tokens(body: &Body, chat: bool) -> Result<Option<usize>, ApiError> {
 }
 
 /// The sampling parameters, and the request's seed.
-fn sampling(body: &Body) -> Result<(SamplingParams, Option<u64>), ApiError> {
-    let top_k = body.integer("top_k", -1, i64::from(u32::MAX))?.unwrap_or(0);
-    let seed = body.integer("seed", i64::MIN, i64::MAX)?.map(|s| s as u64);
+fn sampling(g: &GenerationFields) -> Result<(SamplingParams, Option<u64>), ApiError> {
+    let top_k = integer("top_k", g.top_k, -1, i64::from(u32::MAX))?.unwrap_or(0);
+    let seed = g.seed.map(|s| s as u64);
     let sampling = SamplingParams {
-        temperature: body.number("temperature", 0.0, 2.0, false)?.unwrap_or(1.0) as f32,
-        top_p: body.number("top_p", 0.0, 1.0, true)?.unwrap_or(1.0) as f32,
+        temperature: number("temperature", g.temperature, 0.0, 2.0, false)?.unwrap_or(1.0) as f32,
+        top_p: number("top_p", g.top_p, 0.0, 1.0, true)?.unwrap_or(1.0) as f32,
         top_k: top_k.max(0) as usize,
-        min_p: body.number("min_p", 0.0, 1.0, false)?.unwrap_or(0.0) as f32,
-        presence_penalty: body
-            .number("presence_penalty", -2.0, 2.0, false)?
+        min_p: number("min_p", g.min_p, 0.0, 1.0, false)?.unwrap_or(0.0) as f32,
+        presence_penalty: number("presence_penalty", g.presence_penalty, -2.0, 2.0, false)?
             .unwrap_or(0.0) as f32,
-        frequency_penalty: body
-            .number("frequency_penalty", -2.0, 2.0, false)?
+        frequency_penalty: number("frequency_penalty", g.frequency_penalty, -2.0, 2.0, false)?
             .unwrap_or(0.0) as f32,
-        repetition_penalty: body
-            .number("repetition_penalty", 0.0, 10.0, true)?
+        repetition_penalty: number("repetition_penalty", g.repetition_penalty, 0.0, 10.0, true)?
             .unwrap_or(1.0) as f32,
         seed: seed.unwrap_or(0),
         logit_bias: Vec::new(),
@@ -117,16 +151,10 @@ fn sampling(body: &Body) -> Result<(SamplingParams, Option<u64>), ApiError> {
 
 /// `logit_bias`: token ids (as the object's keys, OpenAI's form) to biases within
 /// ±[`LOGIT_BIAS_RANGE`], at most [`MAX_LOGIT_BIAS`] of them, sorted by id.
-fn logit_bias(body: &Body, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+fn logit_bias(g: &GenerationFields, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
     const P: &str = "logit_bias";
-    let Some(v) = body.get(P) else {
+    let Some(map) = &g.logit_bias else {
         return Ok(Vec::new());
-    };
-    let Value::Object(map) = v else {
-        return Err(ApiError::invalid(
-            P,
-            "`logit_bias` must be an object of token ids to biases",
-        ));
     };
     if map.len() > MAX_LOGIT_BIAS {
         return Err(ApiError::invalid(
@@ -138,7 +166,7 @@ fn logit_bias(body: &Body, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
         ));
     }
     let mut bias = Vec::with_capacity(map.len());
-    for (key, value) in map {
+    for (key, &b) in map {
         let id = key
             .trim()
             .parse::<u32>()
@@ -150,43 +178,23 @@ fn logit_bias(body: &Body, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
                     format!("`logit_bias` key {key:?} is not a token id below {vocab}"),
                 )
             })?;
-        let b = value
-            .as_f64()
-            .filter(|b| b.abs() <= LOGIT_BIAS_RANGE)
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    P,
-                    format!(
-                        "`logit_bias[{key:?}]` must be a number between -{LOGIT_BIAS_RANGE} and {LOGIT_BIAS_RANGE}"
-                    ),
-                )
-            })?;
+        if b.abs() > LOGIT_BIAS_RANGE {
+            return Err(ApiError::invalid(
+                P,
+                format!(
+                    "`logit_bias[{key:?}]` must be a number between -{LOGIT_BIAS_RANGE} and {LOGIT_BIAS_RANGE}"
+                ),
+            ));
+        }
         bias.push((id, b as f32));
     }
     bias.sort_unstable_by_key(|&(id, _)| id);
     Ok(bias)
 }
 
-/// `stop`: a string or a list of them, none empty, at most [`MAX_STOPS`].
-fn stop(body: &Body) -> Result<Vec<String>, ApiError> {
-    let stop: Vec<String> = match body.get("stop") {
-        None => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| {
-                v.as_str().map(str::to_string).ok_or_else(|| {
-                    ApiError::invalid("stop", "`stop` must be a string or a list of strings")
-                })
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "stop",
-                "`stop` must be a string or a list of strings",
-            ));
-        }
-    };
+/// `stop`: none empty, at most [`MAX_STOPS`].
+fn stop(g: &GenerationFields) -> Result<Vec<String>, ApiError> {
+    let stop = g.stop.clone().map(|s| s.0).unwrap_or_default();
     if stop.len() > MAX_STOPS {
         return Err(ApiError::invalid(
             "stop",
@@ -199,66 +207,45 @@ fn stop(body: &Body) -> Result<Vec<String>, ApiError> {
     Ok(stop)
 }
 
-/// `stop_token_ids`: a list of token ids.
-fn stop_token_ids(body: &Body) -> Result<Vec<u32>, ApiError> {
-    match body.get("stop_token_ids") {
-        None => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|x| u32::try_from(x).ok())
-                    .ok_or_else(|| {
-                        ApiError::invalid("stop_token_ids", "`stop_token_ids` must be token ids")
-                    })
-            })
-            .collect(),
-        Some(_) => Err(ApiError::invalid(
-            "stop_token_ids",
-            "`stop_token_ids` must be a list of token ids",
-        )),
-    }
-}
-
-/// How many top log-probabilities each token reports, if any: chat's `logprobs` (a boolean) with
-/// `top_logprobs`, or completions' `logprobs` (the count).
-fn logprobs(body: &Body, chat: bool) -> Result<Option<usize>, ApiError> {
-    if !chat {
-        return Ok(body
-            .integer("logprobs", 0, MAX_TOP_LOGPROBS)?
-            .map(|k| k as usize));
-    }
-    let on = body.bool("logprobs")?.unwrap_or(false);
-    let top = body.integer("top_logprobs", 0, MAX_TOP_LOGPROBS)?;
-    if top.is_some() && !on {
+/// `value` of parameter `key`, checked to be within `lo..=hi` (`open_lo`: excluding `lo`).
+fn number(
+    key: &str,
+    value: Option<f64>,
+    lo: f64,
+    hi: f64,
+    open_lo: bool,
+) -> Result<Option<f64>, ApiError> {
+    let Some(x) = value else {
+        return Ok(None);
+    };
+    let above = if open_lo { x > lo } else { x >= lo };
+    if !(above && x <= hi) {
+        let range = if open_lo {
+            format!("in ({lo}, {hi}]")
+        } else {
+            format!("between {lo} and {hi}")
+        };
         return Err(ApiError::invalid(
-            "top_logprobs",
-            "`top_logprobs` needs `logprobs` set to true",
+            key,
+            format!("`{key}` must be {range}, got {x}"),
         ));
     }
-    Ok(on.then(|| top.unwrap_or(0) as usize))
+    Ok(Some(x))
 }
 
-/// `stream_options.include_usage`.
-fn include_usage(body: &Body) -> Result<bool, ApiError> {
-    match body.get("stream_options") {
-        None => Ok(false),
-        Some(Value::Object(o)) => match o.get("include_usage") {
-            _ if o.keys().any(|k| k != "include_usage") => Err(ApiError::invalid(
-                "stream_options",
-                "`stream_options` takes `include_usage` only",
-            )),
-            None | Some(Value::Null) => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(ApiError::invalid(
-                "stream_options",
-                "`stream_options.include_usage` must be a boolean",
-            )),
-        },
-        Some(_) => Err(ApiError::invalid(
-            "stream_options",
-            "`stream_options` must be an object",
+/// `value` of parameter `key`, checked to be within `lo..=hi`.
+pub(crate) fn integer(
+    key: &str,
+    value: Option<i64>,
+    lo: i64,
+    hi: i64,
+) -> Result<Option<i64>, ApiError> {
+    match value {
+        Some(x) if x < lo || x > hi => Err(ApiError::invalid(
+            key,
+            format!("`{key}` must be between {lo} and {hi}, got {x}"),
         )),
+        _ => Ok(value),
     }
 }
 
@@ -267,7 +254,18 @@ mod tests {
     use super::*;
 
     fn parse_json(json: &str, chat: bool) -> Result<GenParams, ApiError> {
-        parse(&Body::parse(json.as_bytes()).unwrap(), chat, 100)
+        let body: serde_json::Value = serde_json::from_str(json).unwrap();
+        if chat {
+            for_chat(
+                &protocol::request::parse(body).map_err(ApiError::field)?,
+                100,
+            )
+        } else {
+            for_completion(
+                &protocol::request::parse(body).map_err(ApiError::field)?,
+                100,
+            )
+        }
     }
 
     #[test]

@@ -1,8 +1,7 @@
-//! What every generating route does with its request: the body read as a JSON object (and the
-//! server's phase and model name checked), work moved off the async threads, and the prompt's
-//! length checked before anything is queued.
+//! What every generating route does with its request: the body read as the route's typed
+//! request (and the server's phase and model name checked), work moved off the async threads,
+//! and the prompt's length checked before anything is queued.
 
-use crate::body::Body;
 use crate::error::ApiError;
 use crate::fields::{self, Route};
 use crate::params::GenParams;
@@ -10,14 +9,38 @@ use crate::{AppState, Phase};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
+use protocol::request::{ChatCompletionRequest, CompletionRequest, FromBody, GenerationFields};
+use serde_json::{Map, Value};
 
-/// The request body as a JSON object, its aliases rewritten and any field `route` does not read
-/// refused; a body over the limit is a 413 with an error body.
-pub(crate) fn read_body(
+/// A generating route's typed request.
+pub(crate) trait RouteRequest: FromBody {
+    /// The route whose fields it has.
+    const ROUTE: Route;
+    /// The fields every generating route has.
+    fn generation(&self) -> &GenerationFields;
+}
+
+impl RouteRequest for ChatCompletionRequest {
+    const ROUTE: Route = Route::Chat;
+    fn generation(&self) -> &GenerationFields {
+        &self.generation
+    }
+}
+
+impl RouteRequest for CompletionRequest {
+    const ROUTE: Route = Route::Completions;
+    fn generation(&self) -> &GenerationFields {
+        &self.generation
+    }
+}
+
+/// The request body as the route's request: a JSON object, its aliases rewritten, any field the
+/// route does not read refused, and every field of the wrong shape named; a body over the limit
+/// is a 413 with an error body.
+pub(crate) fn read_request<R: RouteRequest>(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
-    route: Route,
-) -> Result<Body, ApiError> {
+) -> Result<R, ApiError> {
     if state.phase() != Phase::Ready {
         return Err(not_ready(state));
     }
@@ -39,10 +62,11 @@ pub(crate) fn read_body(
             ApiError::bad_request(format!("cannot read the request body: {e}"))
         }
     })?;
-    let mut body = Body::parse(&bytes)?;
+    let mut map = json_object(&bytes)?;
     drop(bytes);
-    fields::normalise(&mut body, route)?;
-    if let Some(m) = body.str("model")?
+    fields::normalise(&mut map, R::ROUTE)?;
+    let request = protocol::request::parse::<R>(Value::Object(map)).map_err(ApiError::field)?;
+    if let Some(m) = request.generation().model.as_deref()
         && !m.is_empty()
         && m != state.served_model_name
     {
@@ -54,7 +78,20 @@ pub(crate) fn read_body(
             ),
         ));
     }
-    Ok(body)
+    Ok(request)
+}
+
+/// A request body as the JSON object it must be.
+pub(crate) fn json_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        )),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "the request body is not valid JSON: {e}"
+        ))),
+    }
 }
 
 /// The 503 for a server that is loading or shutting down.

@@ -4,23 +4,28 @@
 //! problem, before anything is queued).
 
 use crate::Shared;
-use crate::body::Body;
 use crate::error::ApiError;
 use crate::request::blocking;
 use grammar::{GrammarError, GrammarSpec, StructuralTag, TaggedStructure};
 use model::sampler::TokenConstraint;
+use protocol::request::{GenerationFields, ResponseFormat};
 use serde_json::Value;
 
 /// The output language a request asks for, if any (at most one of the three fields).
-pub(crate) fn parse(body: &Body) -> Result<Option<GrammarSpec>, ApiError> {
+pub(crate) fn parse(g: &GenerationFields) -> Result<Option<GrammarSpec>, ApiError> {
     let mut specs = Vec::new();
-    if let Some(spec) = response_format(body)? {
-        specs.push(("response_format", spec));
+    if let Some(spec) = g
+        .response_format
+        .as_ref()
+        .map(response_format)
+        .transpose()?
+    {
+        specs.extend(spec.map(|s| ("response_format", s)));
     }
-    if let Some(rx) = body.str("regex")? {
-        specs.push(("regex", GrammarSpec::Regex(rx.to_string())));
+    if let Some(rx) = &g.regex {
+        specs.push(("regex", GrammarSpec::Regex(rx.clone())));
     }
-    if let Some(g) = body.str("ebnf")? {
+    if let Some(g) = &g.ebnf {
         let lark =
             grammar::ebnf_to_lark(g).map_err(|e| ApiError::invalid("ebnf", e.to_string()))?;
         specs.push(("ebnf", GrammarSpec::Lark(lark)));
@@ -38,44 +43,23 @@ pub(crate) fn parse(body: &Body) -> Result<Option<GrammarSpec>, ApiError> {
 }
 
 /// `response_format`: `None` for text.
-fn response_format(body: &Body) -> Result<Option<GrammarSpec>, ApiError> {
+fn response_format(format: &ResponseFormat) -> Result<Option<GrammarSpec>, ApiError> {
     const P: &str = "response_format";
-    let Some(format) = body.get(P) else {
-        return Ok(None);
-    };
-    let Some(kind) = format.get("type").and_then(Value::as_str) else {
-        return Err(ApiError::invalid(
-            P,
-            "`response_format` must be an object with a `type`",
-        ));
-    };
-    match kind {
+    match format.kind.as_str() {
         "text" => Ok(None),
         "json_object" => Ok(Some(GrammarSpec::JsonObject)),
         "json_schema" => {
-            let Some(spec) = format.get("json_schema").filter(|v| v.is_object()) else {
+            let Some(spec) = &format.json_schema else {
                 return Err(ApiError::invalid(
                     P,
                     "`response_format.json_schema` must be an object with a `schema`",
                 ));
             };
-            if let Some(name) = spec.get("name")
-                && !name.is_string()
-            {
-                return Err(ApiError::invalid(P, "`json_schema.name` must be a string"));
-            }
-            match spec.get("schema") {
-                Some(schema @ Value::Object(_)) => {
-                    Ok(Some(GrammarSpec::JsonSchema(schema.clone())))
-                }
-                Some(Value::Bool(true)) | None => Ok(Some(GrammarSpec::JsonSchema(Value::Object(
-                    Default::default(),
-                )))),
-                Some(_) => Err(ApiError::invalid(
-                    P,
-                    "`json_schema.schema` must be a JSON Schema object",
-                )),
-            }
+            schema(spec.schema.as_ref())
+                .map(|s| Some(GrammarSpec::JsonSchema(s)))
+                .ok_or_else(|| {
+                    ApiError::invalid(P, "`json_schema.schema` must be a JSON Schema object")
+                })
         }
         "structural_tag" => structural_tag(format).map(|t| Some(GrammarSpec::StructuralTag(t))),
         other => Err(ApiError::invalid(
@@ -87,28 +71,32 @@ fn response_format(body: &Body) -> Result<Option<GrammarSpec>, ApiError> {
     }
 }
 
+/// A schema as given: an object, or absent or `true` for any JSON; `None` for anything else.
+fn schema(given: Option<&Value>) -> Option<Value> {
+    match given {
+        Some(schema @ Value::Object(_)) => Some(schema.clone()),
+        Some(Value::Bool(true)) | None => Some(Value::Object(Default::default())),
+        Some(_) => None,
+    }
+}
+
 /// SGLang's `structural_tag`: `{"structures": [{"begin", "schema", "end"}], "triggers": [...]}`,
 /// each structure's `begin` starting with one of the triggers.
-fn structural_tag(format: &Value) -> Result<StructuralTag, ApiError> {
+fn structural_tag(format: &ResponseFormat) -> Result<StructuralTag, ApiError> {
     let bad = |what: String| ApiError::invalid("response_format", what);
-    let strings = |key: &str| -> Option<Vec<String>> {
-        let list = format.get(key)?.as_array()?;
-        list.iter()
-            .map(|t| t.as_str().filter(|t| !t.is_empty()).map(str::to_string))
-            .collect()
-    };
-    let triggers = strings("triggers")
-        .filter(|t| !t.is_empty())
+    let triggers = format
+        .triggers
+        .clone()
+        .filter(|t| !t.is_empty() && t.iter().all(|t| !t.is_empty()))
         .ok_or_else(|| bad("`structural_tag` needs `triggers`, a list of non-empty strings (only the structures/triggers form is supported)".into()))?;
     let list = format
-        .get("structures")
-        .and_then(Value::as_array)
+        .structures
+        .as_ref()
         .filter(|l| !l.is_empty())
         .ok_or_else(|| bad("`structural_tag` needs `structures`, a non-empty list".into()))?;
     let mut structures = Vec::with_capacity(list.len());
     for (i, s) in list.iter().enumerate() {
-        let text = |key: &str| s.get(key).and_then(Value::as_str).map(str::to_string);
-        let (Some(begin), Some(end)) = (text("begin"), text("end")) else {
+        let (Some(begin), Some(end)) = (s.begin.clone(), s.end.clone()) else {
             return Err(bad(format!(
                 "`structures[{i}]` needs `begin` and `end` strings"
             )));
@@ -118,15 +106,11 @@ fn structural_tag(format: &Value) -> Result<StructuralTag, ApiError> {
                 "`structures[{i}].begin` {begin:?} starts with none of the `triggers`"
             )));
         }
-        let schema = match s.get("schema") {
-            None | Some(Value::Bool(true)) => Value::Object(Default::default()),
-            Some(schema @ Value::Object(_)) => schema.clone(),
-            Some(_) => {
-                return Err(bad(format!(
-                    "`structures[{i}].schema` must be a JSON Schema object"
-                )));
-            }
-        };
+        let schema = schema(s.schema.as_ref()).ok_or_else(|| {
+            bad(format!(
+                "`structures[{i}].schema` must be a JSON Schema object"
+            ))
+        })?;
         structures.push(TaggedStructure { begin, schema, end });
     }
     Ok(StructuralTag {
@@ -196,8 +180,10 @@ mod tests {
     use serde_json::json;
 
     fn format(value: Value) -> Result<Option<GrammarSpec>, ApiError> {
-        let body = json!({"response_format": value}).to_string();
-        parse(&Body::parse(body.as_bytes()).unwrap())
+        let body = json!({"response_format": value, "messages": []});
+        let request: protocol::request::ChatCompletionRequest =
+            protocol::request::parse(body).map_err(ApiError::field)?;
+        parse(&request.generation)
     }
 
     #[test]

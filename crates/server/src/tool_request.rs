@@ -12,47 +12,31 @@
 //! true` puts the whole answer under a grammar too: text that the parser will not read as a
 //! call, or calls (after text, each opened by the format's marker) valid for their function.
 
-use crate::body::Body;
 use crate::error::ApiError;
 use crate::parsers::ToolFormat;
 use grammar::{BareCalls, CallShape, GrammarSpec, OptionalCalls};
 use model::chat_template::TemplateCaps;
+pub use protocol::request::ToolChoice;
+use protocol::request::{ChatCompletionRequest, Tool};
 use serde_json::{Value, json};
-
-/// `tool_choice`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToolChoice {
-    /// The model may not call tools: they are not in the prompt and output is not parsed.
-    None,
-    Auto,
-    /// At least one call.
-    Required,
-    /// A call of this function.
-    Function(String),
-}
 
 /// A request's tools.
 #[derive(Debug, Clone)]
 pub struct ToolRequest {
-    /// The request's `tools`, checked (`{"type": "function", "function": {"name", …}}`).
-    pub tools: Vec<Value>,
+    /// The request's `tools`, checked.
+    pub tools: Vec<Tool>,
     pub choice: ToolChoice,
     /// `parallel_tool_calls` (default true): false allows one call.
     pub parallel: bool,
 }
 
 impl ToolRequest {
-    pub fn parse(body: &Body) -> Result<Self, ApiError> {
-        let tools = match body.get("tools") {
-            None => Vec::new(),
-            Some(Value::Array(list)) => list
-                .iter()
-                .enumerate()
-                .map(|(i, t)| check_tool(i, t).map(|()| t.clone()))
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(ApiError::invalid("tools", "`tools` must be a list")),
-        };
-        let names: Vec<&str> = tools.iter().filter_map(tool_name).collect();
+    pub fn parse(r: &ChatCompletionRequest) -> Result<Self, ApiError> {
+        let tools = r.tools.clone().unwrap_or_default();
+        for (i, t) in tools.iter().enumerate() {
+            check_tool(i, t)?;
+        }
+        let names: Vec<&str> = tools.iter().map(tool_name).collect();
         if let Some(dup) = names
             .iter()
             .enumerate()
@@ -63,47 +47,16 @@ impl ToolRequest {
                 format!("the function name `{dup}` is in `tools` twice"),
             ));
         }
-        let choice = match body.get("tool_choice") {
+        let choice = match &r.tool_choice {
             None if tools.is_empty() => ToolChoice::None,
             None => ToolChoice::Auto,
-            Some(Value::String(s)) => match s.as_str() {
-                "none" => ToolChoice::None,
-                "auto" => ToolChoice::Auto,
-                "required" => ToolChoice::Required,
-                other => {
-                    return Err(ApiError::invalid(
-                        "tool_choice",
-                        format!(
-                            "`tool_choice` must be none, auto, required or {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, got `{other}`"
-                        ),
-                    ));
-                }
-            },
-            Some(v @ Value::Object(_)) => {
-                let name = v
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .filter(|_| v.get("type").and_then(Value::as_str) == Some("function"))
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "tool_choice",
-                            "a named `tool_choice` is {\"type\": \"function\", \"function\": {\"name\": …}}",
-                        )
-                    })?;
-                if !names.contains(&name) {
-                    return Err(ApiError::invalid(
-                        "tool_choice",
-                        format!("`tool_choice` names `{name}`, which is not in `tools`"),
-                    ));
-                }
-                ToolChoice::Function(name.to_string())
-            }
-            Some(_) => {
+            Some(ToolChoice::Function(name)) if !names.contains(&name.as_str()) => {
                 return Err(ApiError::invalid(
                     "tool_choice",
-                    "`tool_choice` must be a string or an object",
+                    format!("`tool_choice` names `{name}`, which is not in `tools`"),
                 ));
             }
+            Some(choice) => choice.clone(),
         };
         if tools.is_empty() && choice == ToolChoice::Required {
             return Err(ApiError::invalid(
@@ -114,7 +67,7 @@ impl ToolRequest {
         Ok(Self {
             tools,
             choice,
-            parallel: body.bool("parallel_tool_calls")?.unwrap_or(true),
+            parallel: r.parallel_tool_calls.unwrap_or(true),
         })
     }
 
@@ -122,8 +75,7 @@ impl ToolRequest {
     pub fn names(&self) -> Vec<String> {
         self.tools
             .iter()
-            .filter_map(tool_name)
-            .map(str::to_string)
+            .map(|t| tool_name(t).to_string())
             .collect()
     }
 
@@ -145,7 +97,7 @@ impl ToolRequest {
             let calls = self.shapes(format, &opening, forced, &after);
             return Ok(Some(GrammarSpec::ToolCall(calls)));
         }
-        let strict = |t: &Value| t.pointer("/function/strict") == Some(&Value::Bool(true));
+        let strict = |t: &Tool| t.function.strict == Some(true);
         if self.choice != ToolChoice::Auto || !self.tools.iter().any(strict) {
             return Ok(answer);
         }
@@ -172,7 +124,7 @@ impl ToolRequest {
                 functions: self
                     .tools
                     .iter()
-                    .filter_map(|t| Some((tool_name(t)?.to_string(), parameters(t))))
+                    .map(|t| (tool_name(t).to_string(), parameters(t)))
                     .collect(),
             }),
             parallel: self.parallel,
@@ -190,7 +142,7 @@ impl ToolRequest {
     ) -> Vec<CallShape> {
         self.tools
             .iter()
-            .filter_map(|t| Some((tool_name(t)?, t)))
+            .map(|t| (tool_name(t), t))
             .filter(|(name, _)| forced.is_none_or(|f| f == *name))
             .map(|(name, tool)| {
                 let full = format.forced_opening(Some(name));
@@ -243,7 +195,7 @@ impl ToolRequest {
             return None;
         }
         if caps.supports_tools {
-            return Some(Value::Array(self.tools.clone()));
+            return Some(json!(self.tools));
         }
         let prompt = self.system_prompt(format);
         let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
@@ -262,7 +214,7 @@ impl ToolRequest {
         let listed: Vec<String> = self
             .tools
             .iter()
-            .filter_map(|t| t.get("function").map(Value::to_string))
+            .map(|t| json!(t.function).to_string())
             .collect();
         let example = format.write_calls(&[("function_name", &json!({"argument_name": "value"}))]);
         let rule = match &self.choice {
@@ -305,48 +257,32 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn tool_name(tool: &Value) -> Option<&str> {
-    tool.pointer("/function/name").and_then(Value::as_str)
+fn tool_name(tool: &Tool) -> &str {
+    &tool.function.name
 }
 
 /// A function's parameter schema (any object when it has none).
-fn parameters(tool: &Value) -> Value {
-    tool.pointer("/function/parameters")
-        .filter(|p| p.is_object())
-        .cloned()
+fn parameters(tool: &Tool) -> Value {
+    tool.function
+        .parameters
+        .clone()
+        .map(Value::Object)
         .unwrap_or_else(|| json!({"type": "object"}))
 }
 
-fn check_tool(i: usize, tool: &Value) -> Result<(), ApiError> {
+/// OpenAI's rules for a tool the JSON shape of which is right.
+fn check_tool(i: usize, tool: &Tool) -> Result<(), ApiError> {
     let bad = |what: &str| ApiError::invalid("tools", format!("`tools[{i}]`: {what}"));
-    if tool.get("type").and_then(Value::as_str) != Some("function") {
+    if tool.kind != "function" {
         return Err(bad("`type` must be `function`"));
     }
-    let f = tool
-        .get("function")
-        .filter(|f| f.is_object())
-        .ok_or_else(|| bad("`function` must be an object"))?;
-    match f.get("name") {
-        Some(Value::String(n)) if valid_name(n) => {}
-        Some(Value::String(n)) => {
-            return Err(bad(&format!(
-                "the name `{n}` must be 1 to 64 letters, digits, `_` or `-`"
-            )));
-        }
-        _ => return Err(bad("`function.name` is required")),
+    let name = tool_name(tool);
+    if !valid_name(name) {
+        return Err(bad(&format!(
+            "the name `{name}` must be 1 to 64 letters, digits, `_` or `-`"
+        )));
     }
-    match f.get("parameters") {
-        None | Some(Value::Null | Value::Object(_)) => {}
-        Some(_) => return Err(bad("`function.parameters` must be a JSON schema object")),
-    }
-    match f.get("strict") {
-        None | Some(Value::Null | Value::Bool(_)) => {}
-        Some(_) => return Err(bad("`function.strict` must be true or false")),
-    }
-    match f.get("description") {
-        None | Some(Value::Null | Value::String(_)) => Ok(()),
-        Some(_) => Err(bad("`function.description` must be a string")),
-    }
+    Ok(())
 }
 
 /// A message's text (string content, or its text parts a line each).
@@ -393,7 +329,7 @@ mod tests {
     use super::*;
 
     fn request(json: Value) -> Result<ToolRequest, ApiError> {
-        ToolRequest::parse(&Body::parse(json.to_string().as_bytes()).unwrap())
+        ToolRequest::parse(&protocol::request::parse(json).map_err(ApiError::field)?)
     }
 
     fn weather() -> Value {

@@ -6,6 +6,7 @@
 //! `testdata/fuzz/eagle3` (and the tiny reference head of `tests/data/eagle3/tiny`);
 //! `SPECULA_FUZZ_CASES=N` runs N cases each instead of the default.
 
+use fuzzing::Bytes;
 use model::gguf::{GgmlType, GgufFile};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -43,16 +44,6 @@ fn seeds(dir: &str) -> Vec<Vec<u8>> {
     fuzzing::seeds(&testdata(dir))
 }
 
-/// Bytes, shown as text when a case fails.
-#[derive(Clone)]
-struct Bytes(Vec<u8>);
-
-impl std::fmt::Debug for Bytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(&self.0))
-    }
-}
-
 /// Little-endian values a count, length, offset or dimension is overwritten with.
 const HUGE: [u64; 9] = [
     1 << 60,
@@ -67,39 +58,14 @@ const HUGE: [u64; 9] = [
 ];
 
 /// A seed with a few edits: bits flipped, bytes set, `tokens` inserted, ranges deleted or
-/// repeated, the end cut off, or 8 bytes overwritten with one of [`HUGE`].
+/// repeated, the end cut off, or 8 or 4 bytes overwritten with one of [`HUGE`].
 fn mutated(seeds: Vec<Vec<u8>>, tokens: &'static [&'static str]) -> impl Strategy<Value = Bytes> {
-    let n = seeds.len();
-    (0..n, vec((0u8..7, any::<usize>(), any::<u8>()), 0..6)).prop_map(move |(i, edits)| {
-        let mut b = seeds[i].clone();
-        for (kind, at, v) in edits {
-            let at = at % (b.len() + 1);
-            let len = usize::from(v % 16) + 1;
-            match kind {
-                0 if at < b.len() => b[at] ^= 1 << (v % 8),
-                1 if at < b.len() => b[at] = v,
-                2 => {
-                    let t = tokens[usize::from(v) % tokens.len()].as_bytes();
-                    b.splice(at..at, t.iter().copied());
-                }
-                3 => {
-                    b.drain(at..(at + len).min(b.len()));
-                }
-                4 => b.truncate(at),
-                5 => {
-                    let piece = b[at..(at + len).min(b.len())].to_vec();
-                    b.splice(at..at, piece);
-                }
-                6 => {
-                    let huge = HUGE[usize::from(v) % HUGE.len()].to_le_bytes();
-                    let end = (at + 8).min(b.len());
-                    b[at..end].copy_from_slice(&huge[..end - at]);
-                }
-                _ => {}
-            }
-        }
-        Bytes(b)
-    })
+    let with = fuzzing::Mutations {
+        tokens,
+        splice: false,
+        huge: &HUGE,
+    };
+    fuzzing::mutated(seeds, with)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ use super::{GgmlType, GgufFile, MetaValue};
 use crate::chat_template::{ChatOptions, ChatTemplate};
 use crate::config::ModelConfig;
 use crate::tokenizer::Tokenizer;
+pub(crate) use fuzzing::Bytes;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -43,19 +44,6 @@ pub(crate) fn seeds(dir: &str) -> Vec<Vec<u8>> {
     )
 }
 
-/// Bytes, shown as text when a case fails.
-#[derive(Clone)]
-pub(crate) struct Bytes(pub Vec<u8>);
-
-impl std::fmt::Debug for Bytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(&self.0))
-    }
-}
-
-/// One edit of a seed: (what, where, a byte that picks or is the value).
-type Edit = (u8, usize, u8);
-
 /// Little-endian values a count, length, type or dimension is overwritten with.
 const HUGE: [u64; 10] = [
     1 << 60,
@@ -77,45 +65,12 @@ pub(crate) fn mutated(
     seeds: Vec<Vec<u8>>,
     tokens: &'static [&'static str],
 ) -> impl Strategy<Value = Bytes> {
-    let n = seeds.len();
-    (0..n, 0..n, vec((0u8..9, any::<usize>(), any::<u8>()), 0..6))
-        .prop_map(move |(i, j, edits)| Bytes(mutate(&seeds[i], &seeds[j], &edits, tokens)))
-}
-
-fn mutate(seed: &[u8], other: &[u8], edits: &[Edit], tokens: &[&str]) -> Vec<u8> {
-    let mut b = seed.to_vec();
-    for &(kind, at, v) in edits {
-        let at = at % (b.len() + 1);
-        let len = usize::from(v % 16) + 1;
-        let huge = HUGE[usize::from(v) % HUGE.len()].to_le_bytes();
-        match kind {
-            0 if at < b.len() => b[at] ^= 1 << (v % 8),
-            1 if at < b.len() => b[at] = v,
-            2 => {
-                let t = tokens[usize::from(v) % tokens.len()].as_bytes();
-                b.splice(at..at, t.iter().copied());
-            }
-            3 => {
-                b.drain(at..(at + len).min(b.len()));
-            }
-            4 => b.truncate(at),
-            5 => {
-                let piece = b[at..(at + len).min(b.len())].to_vec();
-                b.splice(at..at, piece);
-            }
-            6 => {
-                b.truncate(at);
-                b.extend_from_slice(&other[usize::from(v) * other.len() / 256..]);
-            }
-            7 | 8 => {
-                let width = if kind == 7 { 8 } else { 4 };
-                let end = (at + width).min(b.len());
-                b[at..end].copy_from_slice(&huge[..end - at]);
-            }
-            _ => {}
-        }
-    }
-    b
+    let with = fuzzing::Mutations {
+        tokens,
+        splice: true,
+        huge: &HUGE,
+    };
+    fuzzing::mutated(seeds, with)
 }
 
 // ---------------------------------------------------------------------------------------------
