@@ -1,10 +1,13 @@
 //! The step's forward half: make the plan's copies between cache tiers, then run one batched
 //! forward pass over the plan's entries (less those whose cached prefix could not be read).
-//! Reads only the plan; what happened goes to the update as a [`Forward`].
+//! Reads the plan and changes only the KV (through the target and the tiers); what happened goes
+//! to the update as a [`Forward`].
 
-use crate::step_loop::Engine;
+use crate::target::Target;
+use crate::tiers::Tiers;
 use model::{Capture, Logits, LogitsFor, ModelError, SeqInput, Tree};
-use scheduler::{SeqId, StepPlan};
+use scheduler::{Scheduler, SeqId, StepPlan};
+use speculative::Speculator;
 use std::time::Instant;
 
 /// What the forward half did.
@@ -19,65 +22,71 @@ pub(crate) struct Forward {
     pub(crate) seconds: f64,
 }
 
-impl Engine {
-    pub(crate) fn forward(&mut self, plan: &StepPlan) -> Forward {
-        let unreadable = self.tiers.copy_all(self.target.as_mut(), &plan.copies);
-        let lost = self.scheduler.holders(&unreadable);
-        let inputs: Vec<SeqInput<'_>> = plan
-            .batch
-            .iter()
-            .zip(&plan.inputs)
-            .filter(|(b, _)| !lost.contains(&b.id))
-            .map(|(b, input)| {
-                let draft = plan.drafts.get(&b.id);
-                SeqInput {
-                    tokens: &input.tokens,
-                    start_pos: b.start,
-                    blocks: &input.blocks,
-                    logits: if draft.is_some() {
-                        LogitsFor::All
-                    } else if b.logits {
-                        LogitsFor::Last
-                    } else {
-                        LogitsFor::None
-                    },
-                    // A chain needs no tree attention: its rows are consecutive positions.
-                    tree: draft.filter(|t| !t.is_chain()).map(|t| Tree {
-                        root: b.start,
-                        parents: t.parents(),
-                    }),
-                }
-            })
-            .collect();
-        if inputs.is_empty() {
-            return Forward {
-                unreadable,
-                lost,
-                logits: None,
-                seconds: 0.0,
-            };
-        }
-        // The drafter's streams, for the sequences that may speculate.
-        let ran = plan.batch.iter().filter(|b| !lost.contains(&b.id));
-        let spec = self.speculator.as_ref();
-        let marks: Vec<bool> = ran
-            .map(|b| spec.is_some_and(|s| s.captures(b.id)))
-            .collect();
-        let layers = spec.and_then(|s| s.capture_layers());
-        let capture = layers
-            .as_ref()
-            .filter(|_| marks.contains(&true))
-            .map(|layers| Capture {
-                layers,
-                seqs: &marks,
-            });
-        let started = Instant::now();
-        let logits = self.target.forward(&inputs, capture);
-        Forward {
+/// Runs `plan` on `target`: the tier copies, then one batched pass (capturing the speculator's
+/// layers for the sequences it drafts); `scheduler` names the entries a failed copy loses.
+pub(crate) fn forward(
+    target: &mut dyn Target,
+    tiers: &mut Tiers,
+    scheduler: &Scheduler,
+    speculator: Option<&Speculator>,
+    plan: &StepPlan,
+) -> Forward {
+    let unreadable = tiers.copy_all(target, &plan.copies);
+    let lost = scheduler.holders(&unreadable);
+    let inputs: Vec<SeqInput<'_>> = plan
+        .batch
+        .iter()
+        .zip(&plan.inputs)
+        .filter(|(b, _)| !lost.contains(&b.id))
+        .map(|(b, input)| {
+            let draft = plan.drafts.get(&b.id);
+            SeqInput {
+                tokens: &input.tokens,
+                start_pos: b.start,
+                blocks: &input.blocks,
+                logits: if draft.is_some() {
+                    LogitsFor::All
+                } else if b.logits {
+                    LogitsFor::Last
+                } else {
+                    LogitsFor::None
+                },
+                // A chain needs no tree attention: its rows are consecutive positions.
+                tree: draft.filter(|t| !t.is_chain()).map(|t| Tree {
+                    root: b.start,
+                    parents: t.parents(),
+                }),
+            }
+        })
+        .collect();
+    if inputs.is_empty() {
+        return Forward {
             unreadable,
             lost,
-            logits: Some(logits),
-            seconds: started.elapsed().as_secs_f64(),
-        }
+            logits: None,
+            seconds: 0.0,
+        };
+    }
+    // The drafter's streams, for the sequences that may speculate.
+    let ran = plan.batch.iter().filter(|b| !lost.contains(&b.id));
+    let spec = speculator;
+    let marks: Vec<bool> = ran
+        .map(|b| spec.is_some_and(|s| s.captures(b.id)))
+        .collect();
+    let layers = spec.and_then(|s| s.capture_layers());
+    let capture = layers
+        .as_ref()
+        .filter(|_| marks.contains(&true))
+        .map(|layers| Capture {
+            layers,
+            seqs: &marks,
+        });
+    let started = Instant::now();
+    let logits = target.forward(&inputs, capture);
+    Forward {
+        unreadable,
+        lost,
+        logits: Some(logits),
+        seconds: started.elapsed().as_secs_f64(),
     }
 }

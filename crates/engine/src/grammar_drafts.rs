@@ -4,7 +4,7 @@
 //! its grammar forces (a schema's keys, JSON punctuation): free drafts, verified like any other,
 //! so the output is what it would be without them.
 
-use crate::step_loop::Active;
+use crate::active::Active;
 use model::sampler::TokenConstraint;
 use scheduler::{DraftPlanner, DraftTree, Granted, Load, SeqId, Sequence, StepPlan};
 use speculative::Speculator;

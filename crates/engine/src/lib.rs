@@ -3,6 +3,7 @@
 //! only through an [`EngineHandle`]: `submit` applies admission and returns a stream of
 //! [`TokenEvent`]s; dropping that stream aborts the request within one step and frees its blocks.
 
+mod active;
 mod calibrate;
 mod forward;
 mod grammar_drafts;

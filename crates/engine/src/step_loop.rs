@@ -3,11 +3,13 @@
 //! tier copies, one batched pass) → update (verify and sample, report to the scheduler, send
 //! tokens, finish what is done). Blocks on its inbox when idle.
 
+use crate::active::Active;
+use crate::forward::forward;
 use crate::grammar_drafts::GrammarGuard;
 use crate::kv_files::KvFiles;
 use crate::target::Target;
 use crate::tiers::Tiers;
-use crate::{Command, EngineConfig, EngineStats, GenerateRequest, RequestFailure, TokenEvent};
+use crate::{Command, EngineConfig, EngineStats, RequestFailure, TokenEvent};
 use kvcache::BlockPool;
 use model::sampler::Sampler;
 use scheduler::{DraftPlanner, Scheduler, SchedulerConfig, SeqId, StepPlan};
@@ -16,28 +18,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
-use tokio::sync::mpsc::UnboundedSender;
-
-/// A request the engine is working on: the client's side of it (the scheduler holds its
-/// tokens and KV, the speculator its acceptance).
-pub(crate) struct Active {
-    pub(crate) request: GenerateRequest,
-    pub(crate) events: UnboundedSender<TokenEvent>,
-    pub(crate) sampler: Sampler,
-    pub(crate) generated: usize,
-    /// Speculative verifications of this request and the tokens they emitted.
-    pub(crate) verifications: usize,
-    pub(crate) verified_tokens: usize,
-    /// Whether `TokenEvent::Admitted` went out.
-    announced: bool,
-}
-
-impl Active {
-    /// Tokens emitted per verification so far (with speculation).
-    pub(crate) fn spec_accept_length(&self) -> Option<f32> {
-        (self.verifications > 0).then(|| self.verified_tokens as f32 / self.verifications as f32)
-    }
-}
 
 pub(crate) struct Engine {
     pub(crate) target: Box<dyn Target>,
@@ -137,7 +117,13 @@ impl Engine {
         let started = Instant::now();
         let plan = self.plan();
         let planned = Instant::now();
-        let forward = self.forward(&plan);
+        let forward = forward(
+            self.target.as_mut(),
+            &mut self.tiers,
+            &self.scheduler,
+            self.speculator.as_ref(),
+            &plan,
+        );
         let ran = Instant::now();
         self.update(&plan, forward);
         if self.speculator.is_some() && plan.decodes > 0 && plan.is_decode_only() {

@@ -2,8 +2,9 @@
 //! through the speculator), move accepted draft KV into place, report the step to the
 //! scheduler once, then send the tokens and finish what is done.
 
+use crate::active::Active;
 use crate::forward::Forward;
-use crate::step_loop::{Active, Engine};
+use crate::step_loop::Engine;
 use crate::{FinishReason, RequestFailure, TokenEvent};
 use model::Logits;
 use model::sampler::{Sampled, Sampler};
