@@ -147,18 +147,17 @@ impl DemoArgs {
         if self.spec_num_draft_tokens == Some(0) {
             bail!("--spec-num-draft-tokens must be at least 1");
         }
-        match algorithm {
-            speculative::Algorithm::None => {
-                bail!("--spec-algorithm {name}: the candidate speculates; use NGRAM or STANDALONE")
-            }
-            speculative::Algorithm::Standalone if self.spec_draft_model_path.is_none() => {
-                bail!("--spec-algorithm STANDALONE needs --spec-draft-model-path")
-            }
-            speculative::Algorithm::Ngram if self.spec_draft_model_path.is_some() => {
-                bail!("--spec-draft-model-path goes with --spec-algorithm STANDALONE or EAGLE3")
-            }
-            a => Ok(a),
+        let path = self.spec_draft_model_path.is_some();
+        if !algorithm.speculates() {
+            bail!("--spec-algorithm {name}: the candidate speculates; use NGRAM or STANDALONE")
         }
+        if algorithm.needs_draft_model() && !path {
+            bail!("--spec-algorithm {algorithm} needs --spec-draft-model-path")
+        }
+        if !algorithm.needs_draft() && path {
+            bail!("--spec-draft-model-path goes with --spec-algorithm STANDALONE or EAGLE3")
+        }
+        Ok(algorithm)
     }
 
     /// The in-process server's settings: `specula serve`'s defaults on a free loopback port,
@@ -332,5 +331,60 @@ fn bench_failure(e: BenchError) -> Failure {
     Failure {
         code: e.exit_code(),
         error: e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    fn algorithm(args: &[&str]) -> Result<String, String> {
+        let words = ["demo", "--compare-spec"]
+            .into_iter()
+            .chain(args.iter().copied());
+        let cli = Cli::try_parse_from(words).unwrap();
+        cli.demo
+            .algorithm()
+            .map(|a| a.to_string())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_candidates_algorithm_and_its_draft_go_together() {
+        assert_eq!(algorithm(&[]), Ok("EAGLE3".into()));
+        assert_eq!(algorithm(&["--model", "m.gguf"]), Ok("NGRAM".into()));
+        assert_eq!(
+            algorithm(&["--spec-algorithm", "eagle3", "--spec-draft-model-path", "h"]),
+            Ok("EAGLE3".into())
+        );
+        for (args, says) in [
+            (
+                &["--spec-algorithm", "NONE"][..],
+                "the candidate speculates",
+            ),
+            (
+                &["--spec-algorithm", "STANDALONE"][..],
+                "STANDALONE needs --spec-draft-model-path",
+            ),
+            (
+                &[
+                    "--spec-algorithm",
+                    "NGRAM",
+                    "--spec-draft-model-path",
+                    "d.gguf",
+                ][..],
+                "goes with --spec-algorithm STANDALONE or EAGLE3",
+            ),
+        ] {
+            let e = algorithm(args).unwrap_err();
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
     }
 }

@@ -50,6 +50,22 @@ impl Algorithm {
     pub fn needs_draft(self) -> bool {
         matches!(self, Self::Standalone | Self::Eagle3)
     }
+
+    /// Whether it speculates at all (`NONE` does not).
+    pub fn speculates(self) -> bool {
+        self != Self::None
+    }
+
+    /// Whether it must be given its draft model: `STANDALONE` has no built-in one (`EAGLE3`
+    /// falls back to the head built in for the target).
+    pub fn needs_draft_model(self) -> bool {
+        self == Self::Standalone
+    }
+
+    /// Whether its drafts come from an EAGLE-3 head.
+    pub fn uses_head(self) -> bool {
+        self == Self::Eagle3
+    }
 }
 
 /// The flag's spelling: `NONE`, `NGRAM`, `STANDALONE`, `EAGLE3`.

@@ -82,9 +82,7 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
 /// The draft model (STANDALONE) or EAGLE-3 head (EAGLE3) `--speculative-draft-model-path`
 /// names, loaded and fitted to the target.
 fn load_draft(model: &Model, s: &ServeConfig) -> anyhow::Result<Option<speculative::Draft>> {
-    let eagle3 = s
-        .speculative
-        .is_some_and(|c| c.algorithm() == speculative::Algorithm::Eagle3);
+    let eagle3 = s.speculative.is_some_and(|c| c.algorithm().uses_head());
     let Some(path) = s.speculative_draft_model_path.as_deref() else {
         if !eagle3 {
             return Ok(None);
