@@ -34,7 +34,7 @@ use std::sync::mpsc;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// Engine limits (SGLang's flag names in the comments).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// `--max-running-requests`: sequences decoded together at most.
     pub max_running: usize,

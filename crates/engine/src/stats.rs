@@ -41,6 +41,8 @@ pub struct EngineStats {
     catch_up_rows: AtomicU64,
     catch_up_ns: AtomicU64,
     draft_ns: AtomicU64,
+    /// What the drafter remembers of earlier requests: requests, tokens, bytes.
+    drafter_memory: [AtomicU64; 3],
     /// Decode-only steps without drafts ([0]) and with ([1]): nanoseconds in plan, forward and
     /// update, and their count.
     phase_ns: [[AtomicU64; 3]; 2],
@@ -111,6 +113,11 @@ pub struct StatsSnapshot {
     pub spec_catch_up_rows: u64,
     pub spec_catch_up_seconds: f64,
     pub spec_draft_seconds: f64,
+    /// What the drafter remembers of earlier requests (`SUFFIX`'s cache): requests, tokens and
+    /// bytes.
+    pub spec_cache_requests: u64,
+    pub spec_cache_tokens: u64,
+    pub spec_cache_bytes: u64,
     /// Where a decode-only step's time goes, without drafts ([0]) and with ([1]): mean
     /// milliseconds in plan (drafting included), forward and update (verification included),
     /// and the steps averaged.
@@ -176,6 +183,9 @@ impl EngineStats {
             spec_catch_up_rows: self.catch_up_rows.load(Relaxed),
             spec_catch_up_seconds: self.catch_up_ns.load(Relaxed) as f64 / 1e9,
             spec_draft_seconds: self.draft_ns.load(Relaxed) as f64 / 1e9,
+            spec_cache_requests: self.drafter_memory[0].load(Relaxed),
+            spec_cache_tokens: self.drafter_memory[1].load(Relaxed),
+            spec_cache_bytes: self.drafter_memory[2].load(Relaxed),
             step_phases_ms: std::array::from_fn(|k| {
                 let n = self.phase_steps[k].load(Relaxed).max(1) as f64;
                 std::array::from_fn(|p| self.phase_ns[k][p].load(Relaxed) as f64 / n / 1e6)
@@ -302,6 +312,14 @@ impl EngineStats {
             .store((spent.catch_up_seconds * 1e9) as u64, Relaxed);
         self.draft_ns
             .store((spent.draft_seconds * 1e9) as u64, Relaxed);
+        let memory = spec.memory();
+        for (slot, v) in
+            self.drafter_memory
+                .iter()
+                .zip([memory.requests, memory.tokens, memory.bytes])
+        {
+            slot.store(v, Relaxed);
+        }
     }
 
     pub(crate) fn add_spec_step(&self, on: bool) {

@@ -232,10 +232,12 @@ impl Engine {
     /// Removes a request from the engine and frees its blocks and admission slot; the published
     /// load reflects it before the request's last event goes out.
     pub(crate) fn end(&mut self, id: SeqId) {
+        let seq = self.scheduler.finish(id);
         if let Some(spec) = self.speculator.as_mut() {
-            spec.remove(id);
+            spec.finish(id, seq.as_ref().map(|s| s.tokens()));
+            // What the drafter remembers has changed (SUFFIX's cache), and no step may follow.
+            self.stats.set_speculator(spec);
         }
-        self.scheduler.finish(id);
         self.active.remove(&id);
         self.stats.release_admission();
         self.publish_load();

@@ -221,6 +221,7 @@ fn engine_config(setup: &Setup) -> EngineConfig {
             disable_batch_threshold: setup.spec_batch_threshold,
             adaptive: false,
             draft_model_path: false,
+            suffix: speculative::SuffixSettings::default(),
         })
         .unwrap()
         .unwrap()

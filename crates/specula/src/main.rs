@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Benchmark an OpenAI-compatible server across concurrency levels.
-    Bench(bench_cmd::BenchArgs),
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Serve the model in this process and benchmark it (--compare-spec: without and with
     /// speculation, side by side; --mock: the built-in mock server instead).
     Demo(demo::DemoArgs),
@@ -37,7 +37,7 @@ enum Command {
     /// Pull and list models by name, measure the runtime, or describe a GGUF file.
     Model(model_cmd::ModelArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Train an EAGLE-3 draft head for a model on this machine (SGLang's layout).
     TrainDraft(train_draft::TrainDraftArgs),
 }
@@ -71,7 +71,7 @@ fn main() {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Bench(args) => bench_cmd::run(args).await,
+            Command::Bench(args) => bench_cmd::run(*args).await,
             Command::Demo(args) => demo::run(args).await,
             // The runtime's compute runs on its own (rayon) threads; nothing here is async.
             Command::Generate(args) => generate::run(args),

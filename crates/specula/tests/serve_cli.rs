@@ -676,6 +676,42 @@ async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
 }
 
 #[tokio::test]
+async fn suffix_decoding_drafts_an_earlier_requests_answer_and_changes_no_output() {
+    let plain = Server::start(&[]);
+    let spec = Server::start(&["--speculative-algorithm", "SUFFIX"]);
+    let question = |q: &str| {
+        json!({"messages": [{"role": "user", "content": q}],
+               "max_tokens": 48, "temperature": 0, "ignore_eos": true})
+    };
+    let story = question("Write a short story about a robot who learns to paint.");
+    let (_, a) = post(&plain.url("/v1/chat/completions"), story.clone()).await;
+    let (_, first) = post(&spec.url("/v1/chat/completions"), story.clone()).await;
+    assert_eq!(a["choices"][0]["message"], first["choices"][0]["message"]);
+    // Asked again, the answer is in the cache of finished requests: drafted far ahead, and
+    // still exactly the model's.
+    let (_, again) = post(&spec.url("/v1/chat/completions"), story).await;
+    assert_eq!(a["choices"][0]["message"], again["choices"][0]["message"]);
+    let per_pass = again["usage"]["spec_accept_length"].as_f64().unwrap_or(1.0);
+    assert!(per_pass > 3.0, "{again}");
+    // Questions it has not seen, one at a time and eight together, change nothing either.
+    let other = question("Name three rivers in Europe and say where they flow.");
+    let (_, x) = post(&plain.url("/v1/chat/completions"), other.clone()).await;
+    let (_, y) = post(&spec.url("/v1/chat/completions"), other).await;
+    assert_eq!(x["choices"][0]["message"], y["choices"][0]["message"]);
+    let run = |url: String| staggered(url, |i| 24 + i);
+    assert_eq!(
+        run(plain.url("/v1/chat/completions")).await,
+        run(spec.url("/v1/chat/completions")).await
+    );
+    assert!(metric(&spec, "spec_accepted_tokens_total").await > 40.0);
+    assert_eq!(metric(&spec, "kv_blocks_used").await, 0.0);
+    // The cache holds every finished request (the warm-up's too) and says how big it is.
+    assert!(metric(&spec, "spec_cache_requests").await >= 12.0);
+    assert!(metric(&spec, "spec_cache_tokens").await > 12.0 * 24.0);
+    assert!(metric(&spec, "spec_cache_bytes").await > 0.0);
+}
+
+#[tokio::test]
 async fn a_draft_model_gives_the_same_greedy_output_and_drafts_for_itself_perfectly() {
     let model = model_path();
     let model = model.to_str().unwrap();
@@ -787,6 +823,23 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
     let branched = metric(&spec, "spec_tree_verifications_total").await;
     assert!(branched > 100.0, "{branched} verifications had branches");
     same_distribution(&a, &b);
+    drop(spec);
+    // Suffix decoding's trees (its own text's votes, every continuation kept) are verified the
+    // same way: the same distribution again.
+    let suffix = Server::start(&[
+        "--speculative-algorithm",
+        "SUFFIX",
+        "--speculative-eagle-topk",
+        "3",
+        "--speculative-suffix-min-token-prob",
+        "0",
+        "--speculative-suffix-max-spec-factor",
+        "2",
+    ]);
+    let c = sample(suffix.url("/v1/completions")).await;
+    assert!(metric(&suffix, "spec_accepted_tokens_total").await > 100.0);
+    assert!(metric(&suffix, "spec_tree_verifications_total").await > 100.0);
+    same_distribution(&a, &c);
 }
 
 /// A system prompt of about `words` tokens (common words are one token each).

@@ -6,7 +6,7 @@
 use crate::eagle3::{Eagle3Drafter, Eagle3Head, TokenEmbedding};
 use crate::{
     Algorithm, DraftError, DraftModel, Drafter, NgramDrafter, NgramProposer, Speculator,
-    WindowError,
+    SuffixDrafter, SuffixSettings, WindowError,
 };
 use model::{Model, ModelConfig};
 
@@ -14,8 +14,12 @@ use model::{Model, ModelConfig};
 /// (its help says so; the default depends on the algorithm, so the flag cannot hold it).
 pub const NGRAM_DRAFT_TOKENS: usize = 8;
 
+/// Draft tokens a SUFFIX sequence verifies per step at most without
+/// `--speculative-num-draft-tokens` (a long match drafts up to this many).
+pub const SUFFIX_DRAFT_TOKENS: usize = 16;
+
 /// The speculation flags as the user gave them (SGLang's names), before any derivation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpecFlags {
     /// `--speculative-algorithm`.
     pub algorithm: Algorithm,
@@ -34,11 +38,13 @@ pub struct SpecFlags {
     pub adaptive: bool,
     /// Whether `--speculative-draft-model-path` is given.
     pub draft_model_path: bool,
+    /// `--speculative-suffix-*`.
+    pub suffix: SuffixSettings,
 }
 
 /// Speculation's checked settings: made only by [`SpecConfig::from_flags`], so every value
 /// here has been checked once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpecConfig {
     algorithm: Algorithm,
     num_draft_tokens: usize,
@@ -47,6 +53,7 @@ pub struct SpecConfig {
     ngram_windows: (usize, usize),
     disable_batch_threshold: Option<usize>,
     adaptive: bool,
+    suffix: SuffixSettings,
 }
 
 /// What drafts for the target, besides prompt lookup.
@@ -80,6 +87,8 @@ pub enum SpecError {
     NoEagle3DraftTokens,
     #[error(transparent)]
     Windows(#[from] WindowError),
+    #[error("{0}")]
+    Suffix(&'static str),
     #[error("--speculative-algorithm STANDALONE needs --speculative-draft-model-path")]
     NoDraftModel,
     #[error("EAGLE3 speculation needs an EAGLE-3 head (--speculative-draft-model-path)")]
@@ -119,6 +128,7 @@ impl SpecConfig {
             Algorithm::Standalone if topk == 1 => asked.map_or(steps, |n| n.min(steps)),
             Algorithm::Standalone => asked.unwrap_or(steps * topk),
             Algorithm::Ngram => asked.unwrap_or(NGRAM_DRAFT_TOKENS),
+            Algorithm::Suffix => asked.unwrap_or(SUFFIX_DRAFT_TOKENS),
             // SGLang's meaning: the verified tokens, the root included; a chain is num_steps
             // drafts whatever is asked (SGLang sets the count to num_steps + 1).
             Algorithm::Eagle3 if topk == 1 => steps,
@@ -133,6 +143,7 @@ impl SpecConfig {
         if algorithm == Algorithm::Standalone && !flags.draft_model_path {
             return Err(SpecError::NoDraftModel);
         }
+        check_suffix(&flags.suffix)?;
         Ok(Some(Self {
             algorithm,
             num_draft_tokens,
@@ -141,6 +152,7 @@ impl SpecConfig {
             ngram_windows: windows,
             disable_batch_threshold: flags.disable_batch_threshold,
             adaptive: flags.adaptive,
+            suffix: flags.suffix,
         }))
     }
 
@@ -161,6 +173,20 @@ impl SpecConfig {
     /// Levels of a drafted tree (a draft model's or a head's chain length).
     pub fn num_steps(&self) -> usize {
         self.num_steps
+    }
+
+    /// Suffix decoding's settings.
+    pub fn suffix(&self) -> SuffixSettings {
+        self.suffix
+    }
+
+    /// The longest match a drafter that matches measures (acceptance is learned per match
+    /// length up to it).
+    pub fn longest_match(&self) -> usize {
+        match self.algorithm {
+            Algorithm::Suffix => self.suffix.max_tree_depth,
+            _ => self.ngram_windows.1,
+        }
     }
 
     /// Prompt lookup's shortest and longest n-gram match.
@@ -191,7 +217,8 @@ impl SpecConfig {
                 crate::check_vocabulary(&d.file, &target.file)?;
                 Ok(())
             }
-            (Algorithm::Eagle3, Some(Draft::Eagle3(_))) | (Algorithm::Ngram, None) => Ok(()),
+            (Algorithm::Eagle3, Some(Draft::Eagle3(_)))
+            | (Algorithm::Ngram | Algorithm::Suffix, None) => Ok(()),
             (Algorithm::Standalone, None) => Err(SpecError::NoDraftModel),
             (Algorithm::Eagle3, None) => Err(SpecError::NoHead),
             (algorithm, Some(d)) => Err(SpecError::WrongDraft {
@@ -224,6 +251,9 @@ impl SpecConfig {
                 };
                 Box::new(Eagle3Drafter::new(*head, embedding, block_size, blocks))
             }
+            None if self.algorithm == Algorithm::Suffix => {
+                Box::new(SuffixDrafter::new(self.suffix))
+            }
             None => {
                 let (min, max) = self.ngram_windows;
                 Box::new(NgramDrafter(NgramProposer::new(min, max)?))
@@ -235,6 +265,26 @@ impl SpecConfig {
             drafter,
         ))
     }
+}
+
+/// Suffix decoding's settings that cannot work.
+fn check_suffix(s: &SuffixSettings) -> Result<(), SpecError> {
+    if s.max_tree_depth == 0 {
+        return Err(SpecError::Suffix(
+            "--speculative-suffix-max-tree-depth must be at least 1",
+        ));
+    }
+    if !(s.max_spec_factor.is_finite() && s.max_spec_factor > 0.0) {
+        return Err(SpecError::Suffix(
+            "--speculative-suffix-max-spec-factor must be positive",
+        ));
+    }
+    if !(0.0..=1.0).contains(&s.min_token_prob) {
+        return Err(SpecError::Suffix(
+            "--speculative-suffix-min-token-prob must be between 0 and 1",
+        ));
+    }
+    Ok(())
 }
 
 /// κ: the output head's multiply-adds per row relative to all layers' (the adaptive policy's
@@ -260,6 +310,7 @@ mod tests {
             disable_batch_threshold: None,
             adaptive: false,
             draft_model_path: true,
+            suffix: SuffixSettings::default(),
         }
     }
 

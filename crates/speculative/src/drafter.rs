@@ -18,6 +18,15 @@ pub enum Guess {
     AfterSlots,
 }
 
+/// What a drafter that remembers earlier requests holds (`SUFFIX`'s cache).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrafterMemory {
+    pub requests: u64,
+    pub tokens: u64,
+    /// About: the tokens and their index.
+    pub bytes: u64,
+}
+
 /// Something that proposes draft tokens for decoding sequences.
 pub trait Drafter {
     /// Up to `max` drafts following `tokens` (prompt and output so far), in a tree of `width`
@@ -55,6 +64,13 @@ pub trait Drafter {
     fn features(&mut self, _key: u64, _start: usize, _rows: &[f32], _verified: bool) {}
     /// The sequence's KV is gone (it ended, was preempted or is recomputed).
     fn forget(&mut self, key: u64);
+    /// A request ended with these tokens (its prompt and output): what a drafter that learns
+    /// from earlier requests (`SUFFIX`) remembers.
+    fn finished(&mut self, _tokens: &[u32]) {}
+    /// What it remembers of earlier requests (nothing, for most drafters).
+    fn memory(&self) -> DrafterMemory {
+        DrafterMemory::default()
+    }
 }
 
 /// Prompt lookup as a drafter.

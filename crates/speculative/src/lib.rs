@@ -21,16 +21,18 @@ pub mod eagle3;
 pub mod ngram;
 pub mod policy;
 pub mod speculator;
+pub mod suffix;
 pub mod verify;
 
 pub use adaptive::{Acceptance, CostModel, MatchAcceptance};
 pub use config::{Draft, NGRAM_DRAFT_TOKENS, SpecConfig, SpecError, SpecFlags};
 pub use draft_model::{DraftError, DraftModel, DraftRequest, DraftSampling, check_vocabulary};
-pub use drafter::{Drafter, Guess, NgramDrafter};
+pub use drafter::{Drafter, DrafterMemory, Guess, NgramDrafter};
 pub use ngram::{NgramProposer, WindowError};
 pub use policy::{Budget, Policy};
 pub use scheduler::DraftTree;
 pub use speculator::{DrafterSpent, Speculator};
+pub use suffix::{SuffixCache, SuffixDrafter, SuffixSettings};
 pub use verify::Verdict;
 
 /// The speculative algorithm (SGLang's `--speculative-algorithm` values).
@@ -42,6 +44,9 @@ pub enum Algorithm {
     Standalone,
     /// A learned EAGLE-3 head reading the target's residual streams.
     Eagle3,
+    /// Suffix decoding: the sequence's own text and a cache of recent requests' (vLLM's
+    /// `suffix`).
+    Suffix,
 }
 
 impl Algorithm {
@@ -76,6 +81,7 @@ impl std::fmt::Display for Algorithm {
             Self::Ngram => "NGRAM",
             Self::Standalone => "STANDALONE",
             Self::Eagle3 => "EAGLE3",
+            Self::Suffix => "SUFFIX",
         })
     }
 }
@@ -89,8 +95,9 @@ impl std::str::FromStr for Algorithm {
             "NGRAM" => Ok(Self::Ngram),
             "STANDALONE" => Ok(Self::Standalone),
             "EAGLE3" => Ok(Self::Eagle3),
+            "SUFFIX" => Ok(Self::Suffix),
             other => Err(format!(
-                "unknown speculative algorithm {other}: use NONE, NGRAM, STANDALONE or EAGLE3"
+                "unknown speculative algorithm {other}: use NONE, NGRAM, STANDALONE, EAGLE3 or SUFFIX"
             )),
         }
     }

@@ -4,7 +4,6 @@
 
 use crate::DraftTree;
 
-/// Earlier occurrences a draft tree is built from, at most.
 /// Match windows out of order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -15,7 +14,8 @@ pub struct WindowError {
     pub max: usize,
 }
 
-const TREE_OCCURRENCES: usize = 16;
+/// Earlier occurrences a draft tree is built from, at most.
+pub(crate) const TREE_OCCURRENCES: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NgramProposer {
@@ -106,73 +106,112 @@ impl NgramProposer {
         if max == 0 || width == 0 || len < 2 {
             return None;
         }
-        let cap = self.max_window.min(len - 1);
-        let last = tokens[len - 1];
-        let mut found: Vec<(usize, usize)> = (1..len)
-            .rev()
-            .filter(|&end| tokens[end - 1] == last)
-            .map(|end| {
-                let n = (1..=cap.min(end))
-                    .take_while(|&k| tokens[end - k] == tokens[len - k])
-                    .count();
-                (n, end)
-            })
-            .filter(|&(n, end)| n >= self.min_window && end < len)
-            .collect();
-        found.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
-        found.truncate(TREE_OCCURRENCES);
+        let found = occurrences(tokens, self.max_window, self.min_window, TREE_OCCURRENCES);
         let longest = found.first()?.0;
-        // A trie of the continuations: (parent, token, weight, depth); node 0 is the root.
-        let mut trie: Vec<(usize, u32, f64, usize)> = vec![(0, 0, 0.0, 0)];
-        let mut children: Vec<Vec<usize>> = vec![Vec::new()];
-        for &(n, end) in &found {
-            let weight = (n.min(30) as f64).exp2();
-            let mut at = 0;
-            for &t in &tokens[end..(end + max).min(len)] {
-                at = match children[at].iter().find(|&&c| trie[c].1 == t) {
-                    Some(&c) => c,
-                    None => {
-                        trie.push((at, t, 0.0, trie[at].3 + 1));
-                        children.push(Vec::new());
-                        children[at].push(trie.len() - 1);
-                        trie.len() - 1
-                    }
-                };
-                trie[at].2 += weight;
-            }
-        }
-        // Heaviest first, shallower first among equals (a deeper guess is less likely), keeping
-        // the `width` heaviest children of each node and only nodes whose parent is kept.
-        let mut order: Vec<usize> = (1..trie.len()).collect();
-        order.sort_by(|&a, &b| {
-            trie[b]
-                .2
-                .total_cmp(&trie[a].2)
-                .then((trie[a].3, a).cmp(&(trie[b].3, b)))
-        });
-        let mut kept = vec![false; trie.len()];
-        let mut kept_children = vec![0usize; trie.len()];
-        kept[0] = true;
-        let mut chosen = Vec::with_capacity(max);
-        for n in order {
-            let parent = trie[n].0;
-            if chosen.len() == max {
-                break;
-            }
-            if !kept[parent] || kept_children[parent] == width {
-                continue;
-            }
-            kept[n] = true;
-            kept_children[parent] += 1;
-            chosen.push(n);
-        }
-        let mut tree = DraftTree::default();
-        let mut id = vec![0usize; trie.len()];
-        for n in chosen {
-            id[n] = tree.push(id[trie[n].0], trie[n].1);
-        }
+        let votes: Vec<(usize, &[u32])> = found
+            .iter()
+            .map(|&(n, end)| (n, &tokens[end..(end + max).min(len)]))
+            .collect();
+        let tree = vote_tree(&votes, max, width, 0.0);
         Some((tree, longest))
     }
+}
+
+/// The earlier occurrences of `tokens`' suffix, as (match length, where the continuation
+/// starts): matches of `min` to `cap` tokens with something after them, the `most` longest
+/// (the most recent among equals), longest first.
+pub(crate) fn occurrences(
+    tokens: &[u32],
+    cap: usize,
+    min: usize,
+    most: usize,
+) -> Vec<(usize, usize)> {
+    let len = tokens.len();
+    let Some(&last) = tokens.last() else {
+        return Vec::new();
+    };
+    let cap = cap.min(len - 1);
+    let mut found: Vec<(usize, usize)> = (1..len)
+        .rev()
+        .filter(|&end| tokens[end - 1] == last)
+        .map(|end| {
+            let n = (1..=cap.min(end))
+                .take_while(|&k| tokens[end - k] == tokens[len - k])
+                .count();
+            (n, end)
+        })
+        .filter(|&(n, end)| n >= min && end < len)
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    found.truncate(most);
+    found
+}
+
+/// The draft tree the continuations `votes` (each with the length of the match it follows) vote
+/// for: every continuation votes for its path with weight 2^match length (every matched token
+/// makes a chance match less likely); the `max` heaviest nodes are kept, heaviest first (a node
+/// never outweighs its parent, so every prefix of the order is a tree), at most `width` children
+/// a node, and only nodes with at least `min_share` of all the weight.
+pub(crate) fn vote_tree(
+    votes: &[(usize, &[u32])],
+    max: usize,
+    width: usize,
+    min_share: f64,
+) -> DraftTree {
+    // A trie of the continuations: (parent, token, weight, depth); node 0 is the root.
+    let mut trie: Vec<(usize, u32, f64, usize)> = vec![(0, 0, 0.0, 0)];
+    let mut children: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut total = 0.0;
+    for &(n, continuation) in votes {
+        let weight = (n.min(30) as f64).exp2();
+        total += weight;
+        let mut at = 0;
+        for &t in continuation.iter().take(max) {
+            at = match children[at].iter().find(|&&c| trie[c].1 == t) {
+                Some(&c) => c,
+                None => {
+                    trie.push((at, t, 0.0, trie[at].3 + 1));
+                    children.push(Vec::new());
+                    children[at].push(trie.len() - 1);
+                    trie.len() - 1
+                }
+            };
+            trie[at].2 += weight;
+        }
+    }
+    // Heaviest first, shallower first among equals (a deeper guess is less likely), keeping
+    // the `width` heaviest children of each node and only nodes whose parent is kept.
+    let mut order: Vec<usize> = (1..trie.len())
+        .filter(|&n| trie[n].2 >= min_share * total)
+        .collect();
+    order.sort_by(|&a, &b| {
+        trie[b]
+            .2
+            .total_cmp(&trie[a].2)
+            .then((trie[a].3, a).cmp(&(trie[b].3, b)))
+    });
+    let mut kept = vec![false; trie.len()];
+    let mut kept_children = vec![0usize; trie.len()];
+    kept[0] = true;
+    let mut chosen = Vec::with_capacity(max);
+    for n in order {
+        let parent = trie[n].0;
+        if chosen.len() == max {
+            break;
+        }
+        if !kept[parent] || kept_children[parent] == width {
+            continue;
+        }
+        kept[n] = true;
+        kept_children[parent] += 1;
+        chosen.push(n);
+    }
+    let mut tree = DraftTree::default();
+    let mut id = vec![0usize; trie.len()];
+    for n in chosen {
+        id[n] = tree.push(id[trie[n].0], trie[n].1);
+    }
+    tree
 }
 
 #[cfg(test)]

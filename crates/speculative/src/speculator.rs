@@ -96,7 +96,7 @@ impl Speculator {
             draft_seconds: 0.0,
             catch_up_seconds: 0.0,
             spent: DrafterSpent::default(),
-            by_match: MatchAcceptance::new(config.ngram_windows().1),
+            by_match: MatchAcceptance::new(config.longest_match()),
             seqs: HashMap::new(),
             decoding: Vec::new(),
             candidates: Vec::new(),
@@ -115,6 +115,19 @@ impl Speculator {
                 sampling,
             },
         );
+    }
+
+    /// What the drafter remembers of earlier requests.
+    pub fn memory(&self) -> crate::DrafterMemory {
+        self.drafter.memory()
+    }
+
+    /// The request ended with `tokens` (its prompt and output; `None` when they are gone).
+    pub fn finish(&mut self, id: SeqId, tokens: Option<&[u32]>) {
+        if let Some(tokens) = tokens {
+            self.drafter.finished(tokens);
+        }
+        self.remove(id);
     }
 
     /// The request ended.

@@ -486,6 +486,24 @@ pub static METRICS: &[Metric] = &[
     )
     .info(&["speculative", "draft_seconds"]),
     Metric::gauge(
+        "spec_cache_requests",
+        "Finished requests the SUFFIX drafter keeps to draft from.",
+        |s| s.engine.spec_cache_requests.into(),
+    )
+    .info(&["speculative", "suffix_cache", "requests"]),
+    Metric::gauge(
+        "spec_cache_tokens",
+        "Tokens of those requests (prompts and outputs) the SUFFIX drafter keeps.",
+        |s| s.engine.spec_cache_tokens.into(),
+    )
+    .info(&["speculative", "suffix_cache", "tokens"]),
+    Metric::gauge(
+        "spec_cache_bytes",
+        "Bytes the SUFFIX drafter's cache of earlier requests holds, about.",
+        |s| s.engine.spec_cache_bytes.into(),
+    )
+    .info(&["speculative", "suffix_cache", "bytes"]),
+    Metric::gauge(
         "cache_hit_rate",
         "Share of admitted prompt tokens whose KV came from the prefix cache.",
         |s| s.engine.cache_hit_rate().into(),

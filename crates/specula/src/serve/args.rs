@@ -97,7 +97,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub max_request_memory_mb: Option<usize>,
     /// Speculative decoding: NONE, NGRAM (prompt lookup), STANDALONE (a draft model, given by
-    /// --speculative-draft-model-path) or EAGLE3 (a head: the given one, or the built-in one).
+    /// --speculative-draft-model-path), EAGLE3 (a head: the given one, or the built-in one) or
+    /// SUFFIX (suffix decoding over the sequence's text and recent requests', vLLM's `suffix`).
     #[arg(long, value_enum, ignore_case = true, default_value = "NONE")]
     #[serde(with = "opt_named")]
     pub speculative_algorithm: Option<speculative::Algorithm>,
@@ -107,7 +108,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub speculative_draft_model_path: Option<PathBuf>,
     /// Draft tokens a sequence verifies per step at most (the nodes of its draft tree)
-    /// [default: 8 for NGRAM; for STANDALONE and EAGLE3, num-steps × eagle-topk; with EAGLE3
+    /// [default: 8 for NGRAM, 16 for SUFFIX; for STANDALONE and EAGLE3, num-steps × eagle-topk; with EAGLE3
     /// and eagle-topk > 1 it counts the root, as in SGLang].
     #[arg(long)]
     pub speculative_num_draft_tokens: Option<usize>,
@@ -125,6 +126,24 @@ pub struct ServeArgs {
     /// Longest suffix an n-gram draft tries first.
     #[arg(long, default_value = "12")]
     pub speculative_ngram_max_match_window: Option<usize>,
+    /// SUFFIX: the longest suffix match looked for, in tokens (vLLM's
+    /// suffix_decoding_max_tree_depth).
+    #[arg(long, default_value = "24")]
+    pub speculative_suffix_max_tree_depth: Option<usize>,
+    /// SUFFIX: finished requests whose prompts and outputs are kept to draft from, newest first
+    /// (vLLM's suffix_decoding_max_cached_requests); 0 drafts from the sequence's own text only.
+    #[arg(long, default_value = "10000")]
+    pub speculative_suffix_max_cached_requests: Option<usize>,
+    /// SUFFIX: tokens those requests may hold in all (the oldest requests go first).
+    #[arg(long, default_value = "4194304")]
+    pub speculative_suffix_max_cached_tokens: Option<usize>,
+    /// SUFFIX: drafts per matched token at most (vLLM's suffix_decoding_max_spec_factor).
+    #[arg(long, default_value = "1.0")]
+    pub speculative_suffix_max_spec_factor: Option<f64>,
+    /// SUFFIX: the least share of the earlier continuations a drafted token must have (vLLM's
+    /// suffix_decoding_min_token_prob).
+    #[arg(long, default_value = "0.1")]
+    pub speculative_suffix_min_token_prob: Option<f64>,
     /// No speculation while more than this many requests run [default: none, always].
     #[arg(long)]
     pub speculative_disable_batch_threshold: Option<usize>,

@@ -82,6 +82,16 @@ pub struct ServeConfig {
     #[serde(skip_serializing)]
     speculative_ngram_max_match_window: usize,
     #[serde(skip_serializing)]
+    speculative_suffix_max_tree_depth: usize,
+    #[serde(skip_serializing)]
+    speculative_suffix_max_cached_requests: usize,
+    #[serde(skip_serializing)]
+    speculative_suffix_max_cached_tokens: usize,
+    #[serde(skip_serializing)]
+    speculative_suffix_max_spec_factor: f64,
+    #[serde(skip_serializing)]
+    speculative_suffix_min_token_prob: f64,
+    #[serde(skip_serializing)]
     speculative_disable_batch_threshold: Option<usize>,
     #[serde(skip_serializing)]
     speculative_adaptive: bool,
@@ -225,6 +235,13 @@ impl ServeConfig {
                 disable_batch_threshold: self.speculative_disable_batch_threshold,
                 adaptive: self.speculative_adaptive,
                 draft_model_path: self.speculative_draft_model_path.is_some(),
+                suffix: speculative::SuffixSettings {
+                    max_tree_depth: self.speculative_suffix_max_tree_depth,
+                    max_cached_requests: self.speculative_suffix_max_cached_requests,
+                    max_cached_tokens: self.speculative_suffix_max_cached_tokens,
+                    max_spec_factor: self.speculative_suffix_max_spec_factor,
+                    min_token_prob: self.speculative_suffix_min_token_prob,
+                },
             },
         )?)
     }
@@ -300,6 +317,27 @@ mod tests {
         assert_eq!(cfg.speculative_algorithm, Algorithm::None);
         assert!(cfg.speculative.is_none() && cfg.hicache.is_none());
         assert!(!cfg.disable_radix_cache && cfg.model_path.is_none());
+    }
+
+    #[test]
+    fn suffix_decoding_defaults_to_the_settings_speculative_declares() {
+        let a = ServeArgs {
+            speculative_algorithm: Some(Algorithm::Suffix),
+            ..ServeArgs::default()
+        };
+        let spec = a.resolve().unwrap().speculative.unwrap();
+        assert_eq!(spec.suffix(), speculative::suffix::DEFAULT_SETTINGS);
+        assert_eq!(
+            spec.num_draft_tokens(),
+            speculative::config::SUFFIX_DRAFT_TOKENS
+        );
+        let a = ServeArgs {
+            speculative_algorithm: Some(Algorithm::Suffix),
+            speculative_suffix_min_token_prob: Some(1.5),
+            ..ServeArgs::default()
+        };
+        let e = a.resolve().unwrap_err().to_string();
+        assert!(e.contains("--speculative-suffix-min-token-prob"), "{e}");
     }
 
     #[test]

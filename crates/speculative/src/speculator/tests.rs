@@ -23,6 +23,7 @@ fn config(num_draft_tokens: usize, threshold: Option<usize>, adaptive: bool) -> 
         disable_batch_threshold: threshold,
         adaptive,
         draft_model_path: false,
+        suffix: crate::SuffixSettings::default(),
     })
     .unwrap()
     .unwrap()

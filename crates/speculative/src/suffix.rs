@@ -1,0 +1,365 @@
+//! Suffix decoding (`SUFFIX`, vLLM's `suffix` method, from Arctic Inference): drafts from the
+//! continuations of the context's longest suffix match, looked up both in the sequence's own
+//! tokens (as prompt lookup does) and in a bounded cache of the prompts and outputs of recent
+//! requests that every sequence shares. So an answer that repeats an earlier request's (an
+//! agent's loop, a file edited again, a retried question) is drafted far ahead, while text that
+//! repeats nothing drafts nothing.
+//!
+//! A draft's size follows its match: at most `max_spec_factor` × the match length tokens (a
+//! one-token match proposes one), and a node is kept only while at least `min_token_prob` of
+//! the occurrences' votes go through it (so a continuation seen once among many is not
+//! drafted). The cache keeps the newest `max_cached_requests` requests and `max_cached_tokens`
+//! tokens at most, whichever binds first; it is indexed by each position's two tokens before, so
+//! a lookup reads only the positions that continue the same bigram, the newest first.
+
+use crate::DraftTree;
+use crate::draft_model::DraftRequest;
+use crate::drafter::{Drafter, DrafterMemory, Guess};
+use crate::ngram::{TREE_OCCURRENCES, occurrences, vote_tree};
+use model::ModelError;
+use std::collections::{HashMap, VecDeque};
+
+/// What separates two requests in the cache (no token id is this large).
+const SEPARATOR: u32 = u32::MAX;
+
+/// Positions the index keeps per bigram, newest last.
+const POSITIONS_PER_BIGRAM: usize = 32;
+
+/// Suffix decoding's settings (vLLM's `suffix_decoding_*` names, as `--speculative-suffix-*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SuffixSettings {
+    /// The longest match looked for, in tokens (`--speculative-suffix-max-tree-depth`).
+    pub max_tree_depth: usize,
+    /// Requests the shared cache keeps, newest first; 0: none, only the sequence's own text
+    /// (`--speculative-suffix-max-cached-requests`).
+    pub max_cached_requests: usize,
+    /// Tokens the shared cache keeps at most (`--speculative-suffix-max-cached-tokens`).
+    pub max_cached_tokens: usize,
+    /// Drafts per matched token at most (`--speculative-suffix-max-spec-factor`).
+    pub max_spec_factor: f64,
+    /// A node's least share of the votes (`--speculative-suffix-min-token-prob`).
+    pub min_token_prob: f64,
+}
+
+/// vLLM's defaults, and a token bound of 4 M (16 MB of tokens): those of `specula serve`'s
+/// flags (its tests hold them equal).
+pub const DEFAULT_SETTINGS: SuffixSettings = SuffixSettings {
+    max_tree_depth: 24,
+    max_cached_requests: 10_000,
+    max_cached_tokens: 4 << 20,
+    max_spec_factor: 1.0,
+    min_token_prob: 0.1,
+};
+
+impl Default for SuffixSettings {
+    fn default() -> Self {
+        DEFAULT_SETTINGS
+    }
+}
+
+/// The prompts and outputs of recent requests, end to end with a separator after each.
+#[derive(Debug, Default)]
+pub struct SuffixCache {
+    tokens: VecDeque<u32>,
+    /// The absolute position of `tokens[0]` (positions only grow).
+    first: u64,
+    /// Where each cached request ends (past its separator), oldest first.
+    ends: VecDeque<u64>,
+    /// The positions that follow each bigram, newest last (some may be older than `first`).
+    index: HashMap<(u32, u32), VecDeque<u64>>,
+    /// Positions in the index, stale ones included.
+    positions: usize,
+    /// Tokens dropped since the index was last swept of stale positions.
+    dropped: usize,
+    max_requests: usize,
+    max_tokens: usize,
+}
+
+impl SuffixCache {
+    pub fn new(max_requests: usize, max_tokens: usize) -> Self {
+        Self {
+            max_requests,
+            max_tokens,
+            ..Self::default()
+        }
+    }
+
+    /// Requests and tokens cached.
+    pub fn len(&self) -> (usize, usize) {
+        (self.ends.len(), self.tokens.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Bytes the cache holds, about: its tokens and its index's positions and bigrams.
+    pub fn bytes(&self) -> usize {
+        self.tokens.len() * 4 + self.positions * 8 + self.index.len() * 48 + self.ends.len() * 8
+    }
+
+    /// Adds a finished request's tokens (its last `max_tokens` if it is longer), then drops the
+    /// oldest requests past either bound.
+    pub fn add(&mut self, tokens: &[u32]) {
+        if self.max_requests == 0 || self.max_tokens < 2 {
+            return;
+        }
+        let tokens = &tokens[tokens.len().saturating_sub(self.max_tokens - 1)..];
+        let end = self.first + self.tokens.len() as u64;
+        for (i, &t) in tokens.iter().enumerate() {
+            if i >= 2 {
+                let at = self
+                    .index
+                    .entry((tokens[i - 2], tokens[i - 1]))
+                    .or_default();
+                if at.len() == POSITIONS_PER_BIGRAM {
+                    at.pop_front();
+                    self.positions -= 1;
+                }
+                at.push_back(end + i as u64);
+                self.positions += 1;
+            }
+            self.tokens.push_back(t);
+        }
+        self.tokens.push_back(SEPARATOR);
+        self.ends.push_back(end + tokens.len() as u64 + 1);
+        while self.ends.len() > self.max_requests || self.tokens.len() > self.max_tokens {
+            self.drop_oldest();
+        }
+    }
+
+    fn drop_oldest(&mut self) {
+        let Some(end) = self.ends.pop_front() else {
+            return;
+        };
+        let n = (end - self.first) as usize;
+        self.tokens.drain(..n);
+        self.first = end;
+        self.dropped += n;
+        // Stale positions are skipped by lookups; sweeping them once as many tokens have gone
+        // as the cache holds keeps the index within a constant of the cache.
+        if self.dropped > self.max_tokens {
+            let first = self.first;
+            self.index.retain(|_, at| {
+                at.retain(|&p| p >= first);
+                !at.is_empty()
+            });
+            self.positions = self.index.values().map(VecDeque::len).sum();
+            self.dropped = 0;
+        }
+    }
+
+    fn at(&self, position: u64) -> Option<u32> {
+        let i = position.checked_sub(self.first)?;
+        self.tokens.get(i as usize).copied()
+    }
+
+    /// The cached occurrences of `context`'s suffix, as (match length up to `depth`, the
+    /// tokens that followed, up to `max` and the request's end), the newest first, `most` of
+    /// them.
+    pub fn occurrences(
+        &self,
+        context: &[u32],
+        depth: usize,
+        max: usize,
+        most: usize,
+    ) -> Vec<(usize, Vec<u32>)> {
+        let len = context.len();
+        if len < 2 || max == 0 {
+            return Vec::new();
+        }
+        let Some(at) = self.index.get(&(context[len - 2], context[len - 1])) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for &p in at.iter().rev().filter(|&&p| p >= self.first) {
+            let n = (1..=depth.min(len))
+                .take_while(|&k| {
+                    p.checked_sub(k as u64)
+                        .and_then(|q| self.at(q))
+                        .is_some_and(|t| t == context[len - k])
+                })
+                .count();
+            let next: Vec<u32> = (0..max as u64)
+                .map_while(|k| self.at(p + k).filter(|&t| t != SEPARATOR))
+                .collect();
+            if !next.is_empty() {
+                found.push((n, next));
+            }
+            if found.len() == most {
+                break;
+            }
+        }
+        found
+    }
+}
+
+/// Suffix decoding as a drafter: every guess is made up front from the two lookups.
+#[derive(Debug)]
+pub struct SuffixDrafter {
+    settings: SuffixSettings,
+    cache: SuffixCache,
+}
+
+impl SuffixDrafter {
+    pub fn new(settings: SuffixSettings) -> Self {
+        Self {
+            cache: SuffixCache::new(settings.max_cached_requests, settings.max_cached_tokens),
+            settings,
+        }
+    }
+
+    pub fn cache(&self) -> &SuffixCache {
+        &self.cache
+    }
+
+    /// Up to `max` drafts in a tree of `width` children a node, and the longest match.
+    pub fn lookup(&self, tokens: &[u32], max: usize, width: usize) -> Option<(DraftTree, usize)> {
+        let depth = self.settings.max_tree_depth;
+        let own = occurrences(tokens, depth, 1, TREE_OCCURRENCES);
+        let cached = self.cache.occurrences(tokens, depth, max, TREE_OCCURRENCES);
+        let mut votes: Vec<(usize, &[u32])> = own
+            .iter()
+            .map(|&(n, end)| (n, &tokens[end..(end + max).min(tokens.len())]))
+            .chain(cached.iter().map(|(n, next)| (*n, next.as_slice())))
+            .collect();
+        let longest = votes.iter().map(|v| v.0).max()?;
+        // The occurrences of the longest matches vote; shorter ones are kept only as far as
+        // the longest are few (a longer match predicts better, and outweighs them anyway).
+        votes.sort_by_key(|v| std::cmp::Reverse(v.0));
+        votes.truncate(TREE_OCCURRENCES);
+        let budget = (self.settings.max_spec_factor * longest as f64).floor() as usize;
+        let tree = vote_tree(&votes, max.min(budget), width, self.settings.min_token_prob);
+        (!tree.is_empty()).then_some((tree, longest))
+    }
+}
+
+impl Drafter for SuffixDrafter {
+    fn guess(&mut self, tokens: &[u32], max: usize, width: usize) -> Guess {
+        match self.lookup(tokens, max, width.max(1)) {
+            Some((tree, matched)) => Guess::Drafts { tree, matched },
+            None => Guess::Nothing,
+        }
+    }
+
+    fn slots(&self, _depth: usize, _width: usize, nodes: usize) -> usize {
+        nodes
+    }
+
+    fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {
+        Ok(vec![DraftTree::default(); requests.len()])
+    }
+
+    fn accepted(&mut self, _key: u64, _path: &[usize], _tokens: &[u32]) -> Result<(), ModelError> {
+        Ok(())
+    }
+
+    fn finished(&mut self, tokens: &[u32]) {
+        self.cache.add(tokens);
+    }
+
+    fn memory(&self) -> DrafterMemory {
+        let (requests, tokens) = self.cache.len();
+        DrafterMemory {
+            requests: requests as u64,
+            tokens: tokens as u64,
+            bytes: self.cache.bytes() as u64,
+        }
+    }
+
+    fn forget(&mut self, _key: u64) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drafter(requests: usize, tokens: usize) -> SuffixDrafter {
+        SuffixDrafter::new(SuffixSettings {
+            max_cached_requests: requests,
+            max_cached_tokens: tokens,
+            ..SuffixSettings::default()
+        })
+    }
+
+    #[test]
+    fn a_finished_request_drafts_the_next_one_that_repeats_it() {
+        let mut d = drafter(10, 1000);
+        let answer: Vec<u32> = (100..140).collect();
+        let mut first = vec![1, 2, 3];
+        first.extend(&answer);
+        d.finished(&first);
+        // A new request has produced the first 6 tokens of the same answer.
+        let mut context = vec![7, 8];
+        context.extend(&answer[..6]);
+        let (tree, matched) = d.lookup(&context, 16, 1).unwrap();
+        assert_eq!(matched, 6);
+        // As many drafts as the match is long (factor 1), and they are the answer's next ones.
+        assert_eq!(tree.tokens(), &answer[6..12]);
+        assert!(tree.is_chain());
+        // Nothing continues across the end of a cached request.
+        assert_eq!(d.lookup(&answer, 16, 1), None);
+        // Text the cache never saw drafts nothing.
+        assert_eq!(d.guess(&[50, 51, 52], 8, 1), Guess::Nothing);
+    }
+
+    #[test]
+    fn a_continuation_under_min_token_prob_is_not_drafted() {
+        let mut d = drafter(100, 1000);
+        for _ in 0..15 {
+            d.finished(&[5, 6, 7]);
+        }
+        d.finished(&[5, 6, 9]);
+        // A sixteenth of the votes goes to 9: under the default 0.1, so not drafted.
+        let (tree, matched) = d.lookup(&[1, 5, 6], 2, 2).unwrap();
+        assert_eq!((tree.tokens(), matched), (&[7][..], 2));
+        d.settings.min_token_prob = 0.0;
+        let (tree, _) = d.lookup(&[1, 5, 6], 2, 2).unwrap();
+        assert_eq!(tree.tokens(), &[7, 9]);
+    }
+
+    #[test]
+    fn the_sequences_own_text_drafts_as_prompt_lookup_does() {
+        let d = drafter(10, 1000);
+        let tokens = [3, 4, 5, 6, 7, 8, 0, 3, 4, 5];
+        let (tree, matched) = d.lookup(&tokens, 8, 1).unwrap();
+        assert_eq!((tree.tokens(), matched), (&[6, 7, 8][..], 3));
+    }
+
+    #[test]
+    fn the_cache_keeps_the_newest_requests_within_both_bounds() {
+        let mut c = SuffixCache::new(3, 100);
+        for r in 0..5u32 {
+            c.add(&[1000 + r, 1, 2, 3, r]);
+        }
+        assert_eq!(c.len(), (3, 18));
+        // The bigram (1, 2) is followed by 3 in each cached request; only the newest three are
+        // found, newest first, each with its own ending.
+        let found = c.occurrences(&[9, 1, 2], 24, 3, 16);
+        let nexts: Vec<Vec<u32>> = found.into_iter().map(|(_, n)| n).collect();
+        assert_eq!(nexts, [vec![3, 4], vec![3, 3], vec![3, 2]]);
+        // The token bound: a long request pushes the others out and keeps its own tail.
+        let long: Vec<u32> = (0..500).collect();
+        c.add(&long);
+        assert_eq!(c.len(), (1, 100));
+        assert!(c.occurrences(&[1, 2], 24, 3, 16).is_empty());
+        assert_eq!(c.occurrences(&[401, 402], 24, 2, 16)[0].1, [403, 404]);
+        assert!(c.bytes() >= 100 * 4);
+        // No cache at all with 0 requests.
+        let mut none = SuffixCache::new(0, 100);
+        none.add(&[1, 2, 3]);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn the_index_is_swept_of_dropped_positions() {
+        let mut c = SuffixCache::new(1, 64);
+        for r in 0..200u32 {
+            c.add(&[r * 3, r * 3 + 1, r * 3 + 2, r * 3 + 1]);
+        }
+        // Only the newest request's bigrams (and those dropped since the last sweep) remain.
+        assert!(c.index.len() <= 2 * 64, "{}", c.index.len());
+        let positions: usize = c.index.values().map(VecDeque::len).sum();
+        assert_eq!(c.positions, positions);
+    }
+}
