@@ -219,7 +219,7 @@ fn engine_config(setup: &Setup) -> EngineConfig {
             ngram_min_match_window: 1,
             ngram_max_match_window: 4,
             disable_batch_threshold: setup.spec_batch_threshold,
-            adaptive: false,
+            adaptive: Some(false),
             draft_model_path: false,
             suffix: speculative::SuffixSettings::default(),
         })

@@ -181,7 +181,7 @@ impl DemoArgs {
         };
         if let Some(algorithm) = algorithm {
             args.speculative_algorithm = Some(algorithm);
-            args.speculative_adaptive = !self.spec_fixed;
+            args.speculative_adaptive = Some(!self.spec_fixed);
             args.speculative_num_draft_tokens = self.spec_num_draft_tokens;
             if algorithm.needs_draft() {
                 // The drafted chain is as long as the drafts verified.

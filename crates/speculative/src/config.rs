@@ -34,8 +34,8 @@ pub struct SpecFlags {
     pub ngram_max_match_window: usize,
     /// `--speculative-disable-batch-threshold`.
     pub disable_batch_threshold: Option<usize>,
-    /// `--speculative-adaptive`.
-    pub adaptive: bool,
+    /// `--speculative-adaptive`, if given (the default is the algorithm's).
+    pub adaptive: Option<bool>,
     /// Whether `--speculative-draft-model-path` is given.
     pub draft_model_path: bool,
     /// `--speculative-suffix-*`.
@@ -151,7 +151,7 @@ impl SpecConfig {
             num_steps: steps,
             ngram_windows: windows,
             disable_batch_threshold: flags.disable_batch_threshold,
-            adaptive: flags.adaptive,
+            adaptive: flags.adaptive.unwrap_or(algorithm.adaptive_by_default()),
             suffix: flags.suffix,
         }))
     }
@@ -308,7 +308,7 @@ mod tests {
             ngram_min_match_window: 1,
             ngram_max_match_window: 12,
             disable_batch_threshold: None,
-            adaptive: false,
+            adaptive: None,
             draft_model_path: true,
             suffix: SuffixSettings::default(),
         }

@@ -67,6 +67,12 @@ impl Algorithm {
         self == Self::Standalone
     }
 
+    /// Whether it runs under the adaptive policy without `--speculative-adaptive`: SUFFIX, whose
+    /// drafts on text that repeats little would cost more than they save in a full batch.
+    pub fn adaptive_by_default(self) -> bool {
+        self == Self::Suffix
+    }
+
     /// Whether its drafts come from an EAGLE-3 head.
     pub fn uses_head(self) -> bool {
         self == Self::Eagle3

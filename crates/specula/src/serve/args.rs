@@ -148,9 +148,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub speculative_disable_batch_threshold: Option<usize>,
     /// Drafts per sequence and step chosen from the measured step cost and each request's
-    /// acceptance, instead of always the most.
-    #[arg(long)]
-    pub speculative_adaptive: bool,
+    /// acceptance, instead of always the most; `--speculative-adaptive false` for always the
+    /// most [default: true for SUFFIX, false for the others].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub speculative_adaptive: Option<bool>,
     /// Turn the radix prefix cache off: every prompt is computed in full.
     #[arg(long)]
     pub disable_radix_cache: bool,

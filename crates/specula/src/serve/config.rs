@@ -94,7 +94,7 @@ pub struct ServeConfig {
     #[serde(skip_serializing)]
     speculative_disable_batch_threshold: Option<usize>,
     #[serde(skip_serializing)]
-    speculative_adaptive: bool,
+    speculative_adaptive: Option<bool>,
     /// `--tool-call-parser`, checked.
     #[serde(skip_serializing, deserialize_with = "tool_format")]
     pub tool_call_parser: Option<ToolFormat>,
@@ -331,6 +331,24 @@ mod tests {
             spec.num_draft_tokens(),
             speculative::config::SUFFIX_DRAFT_TOKENS
         );
+        // SUFFIX runs under the adaptive policy unless told otherwise; NGRAM under the fixed one.
+        let adaptive = |args: &[&str]| {
+            let spec = command_line(args).resolve().unwrap().speculative.unwrap();
+            spec.adaptive()
+        };
+        assert!(spec.adaptive());
+        let suffix = ["serve", "--speculative-algorithm", "SUFFIX"];
+        assert!(!adaptive(
+            &[&suffix[..], &["--speculative-adaptive", "false"]].concat()
+        ));
+        assert!(!adaptive(
+            &[&suffix[..], &["--speculative-adaptive=false"]].concat()
+        ));
+        let ngram = ["serve", "--speculative-algorithm", "NGRAM"];
+        assert!(adaptive(
+            &[&ngram[..], &["--speculative-adaptive"]].concat()
+        ));
+        assert!(!adaptive(&ngram));
         let a = ServeArgs {
             speculative_algorithm: Some(Algorithm::Suffix),
             speculative_suffix_min_token_prob: Some(1.5),

@@ -53,18 +53,25 @@ impl ServeArgs {
 }
 
 /// `layers` stacked, the first on top: each setting takes its value from the highest layer that
-/// sets it. A layer does not set a `None` or a switch left `false` (a switch can only be turned
-/// on), except the bottom one, which holds the defaults. The result has every key of the bottom
-/// layer, ready to be read as a typed view (`ServeConfig`).
+/// sets it. A layer does not set a `None` or a switch left `false` (a switch, `false` at the
+/// bottom, can only be turned on; an optional boolean, `None` at the bottom, can be set either
+/// way), except the bottom one, which holds the defaults. The result has every key of the
+/// bottom layer, ready to be read as a typed view (`ServeConfig`).
 pub fn stack(layers: &[&ServeArgs]) -> anyhow::Result<Value> {
     let (bottom, upper) = layers.split_last().expect("at least one layer");
     let mut merged = to_map(bottom)?;
+    let switch_off = |key: &str, v: &Value| {
+        *v == Value::Bool(false) && merged.get(key) == Some(&Value::Bool(false))
+    };
+    let mut set = Map::new();
     for layer in upper.iter().rev() {
-        let set = to_map(layer)?
-            .into_iter()
-            .filter(|(_, v)| !(v.is_null() || *v == Value::Bool(false)));
-        merged.extend(set);
+        set.extend(
+            to_map(layer)?
+                .into_iter()
+                .filter(|(k, v)| !(v.is_null() || switch_off(k, v))),
+        );
     }
+    merged.extend(set);
     Ok(Value::Object(merged))
 }
 

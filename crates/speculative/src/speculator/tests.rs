@@ -21,7 +21,7 @@ fn config(num_draft_tokens: usize, threshold: Option<usize>, adaptive: bool) -> 
         ngram_min_match_window: 1,
         ngram_max_match_window: 4,
         disable_batch_threshold: threshold,
-        adaptive,
+        adaptive: Some(adaptive),
         draft_model_path: false,
         suffix: crate::SuffixSettings::default(),
     })
