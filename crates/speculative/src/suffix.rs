@@ -9,20 +9,21 @@
 //! one-token match proposes one), and a node is kept only while at least `min_token_prob` of
 //! the occurrences' votes go through it (so a continuation seen once among many is not
 //! drafted). The cache keeps the newest `max_cached_requests` requests and `max_cached_tokens`
-//! tokens at most, whichever binds first; it is indexed by each position's two tokens before, so
-//! a lookup reads only the positions that continue the same bigram, the newest first.
+//! tokens at most, whichever binds first; it is indexed by hash chains over each position's two
+//! tokens before, so a lookup reads only the positions that continue the same bigram, the newest
+//! first (`examples/suffix_cost.rs` times both).
 
 use crate::DraftTree;
 use crate::draft_model::DraftRequest;
 use crate::drafter::{Drafter, DrafterMemory, Guess};
 use crate::ngram::{TREE_OCCURRENCES, occurrences, vote_tree};
 use model::ModelError;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// What separates two requests in the cache (no token id is this large).
 const SEPARATOR: u32 = u32::MAX;
 
-/// Positions the index keeps per bigram, newest last.
+/// Positions a lookup reads per bigram at most, the newest first.
 const POSITIONS_PER_BIGRAM: usize = 32;
 
 /// Suffix decoding's settings (vLLM's `suffix_decoding_*` names, as `--speculative-suffix-*`).
@@ -57,30 +58,47 @@ impl Default for SuffixSettings {
     }
 }
 
-/// The prompts and outputs of recent requests, end to end with a separator after each.
-#[derive(Debug, Default)]
+/// The prompts and outputs of recent requests, end to end with a separator after each, with
+/// hash chains over their bigrams (as LZ77's match finders keep them): `heads` holds, for each
+/// bigram's bucket, the newest position that follows it, and `prev` links each position to the
+/// one before it in its bucket. So the index is 8 bytes a token and a fixed table, whatever the
+/// text, and dropping a request drops its links with it.
+#[derive(Debug)]
 pub struct SuffixCache {
     tokens: VecDeque<u32>,
-    /// The absolute position of `tokens[0]` (positions only grow).
+    /// For each token kept, the previous position in its bigram's chain ([`NONE`] if none).
+    prev: VecDeque<u64>,
+    /// The absolute position of `tokens[0]` (positions only grow; older ones are gone).
     first: u64,
     /// Where each cached request ends (past its separator), oldest first.
     ends: VecDeque<u64>,
-    /// The positions that follow each bigram, newest last (some may be older than `first`).
-    index: HashMap<(u32, u32), VecDeque<u64>>,
-    /// Positions in the index, stale ones included.
-    positions: usize,
-    /// Tokens dropped since the index was last swept of stale positions.
-    dropped: usize,
+    /// The newest position following each bucket's bigrams ([`NONE`] if none).
+    heads: Vec<u64>,
     max_requests: usize,
     max_tokens: usize,
 }
 
+/// No position.
+const NONE: u64 = u64::MAX;
+
+/// Chain links a lookup follows at most (collisions included).
+const MAX_LINKS: usize = 4 * POSITIONS_PER_BIGRAM;
+
 impl SuffixCache {
     pub fn new(max_requests: usize, max_tokens: usize) -> Self {
+        let buckets = (max_tokens / 4).clamp(1 << 10, 1 << 22).next_power_of_two();
         Self {
+            tokens: VecDeque::new(),
+            prev: VecDeque::new(),
+            first: 0,
+            ends: VecDeque::new(),
+            heads: if max_requests == 0 {
+                Vec::new()
+            } else {
+                vec![NONE; buckets]
+            },
             max_requests,
             max_tokens,
-            ..Self::default()
         }
     }
 
@@ -93,9 +111,14 @@ impl SuffixCache {
         self.ends.is_empty()
     }
 
-    /// Bytes the cache holds, about: its tokens and its index's positions and bigrams.
+    /// Bytes the cache holds: its tokens, their links, the bucket table, the requests' ends.
     pub fn bytes(&self) -> usize {
-        self.tokens.len() * 4 + self.positions * 8 + self.index.len() * 48 + self.ends.len() * 8
+        self.tokens.len() * 12 + self.heads.len() * 8 + self.ends.len() * 8
+    }
+
+    fn bucket(&self, a: u32, b: u32) -> usize {
+        let h = (u64::from(a) << 32 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 32) as usize & (self.heads.len() - 1)
     }
 
     /// Adds a finished request's tokens (its last `max_tokens` if it is longer), then drops the
@@ -107,21 +130,16 @@ impl SuffixCache {
         let tokens = &tokens[tokens.len().saturating_sub(self.max_tokens - 1)..];
         let end = self.first + self.tokens.len() as u64;
         for (i, &t) in tokens.iter().enumerate() {
+            let mut link = NONE;
             if i >= 2 {
-                let at = self
-                    .index
-                    .entry((tokens[i - 2], tokens[i - 1]))
-                    .or_default();
-                if at.len() == POSITIONS_PER_BIGRAM {
-                    at.pop_front();
-                    self.positions -= 1;
-                }
-                at.push_back(end + i as u64);
-                self.positions += 1;
+                let h = self.bucket(tokens[i - 2], tokens[i - 1]);
+                link = std::mem::replace(&mut self.heads[h], end + i as u64);
             }
             self.tokens.push_back(t);
+            self.prev.push_back(link);
         }
         self.tokens.push_back(SEPARATOR);
+        self.prev.push_back(NONE);
         self.ends.push_back(end + tokens.len() as u64 + 1);
         while self.ends.len() > self.max_requests || self.tokens.len() > self.max_tokens {
             self.drop_oldest();
@@ -134,19 +152,8 @@ impl SuffixCache {
         };
         let n = (end - self.first) as usize;
         self.tokens.drain(..n);
+        self.prev.drain(..n);
         self.first = end;
-        self.dropped += n;
-        // Stale positions are skipped by lookups; sweeping them once as many tokens have gone
-        // as the cache holds keeps the index within a constant of the cache.
-        if self.dropped > self.max_tokens {
-            let first = self.first;
-            self.index.retain(|_, at| {
-                at.retain(|&p| p >= first);
-                !at.is_empty()
-            });
-            self.positions = self.index.values().map(VecDeque::len).sum();
-            self.dropped = 0;
-        }
     }
 
     fn at(&self, position: u64) -> Option<u32> {
@@ -168,11 +175,23 @@ impl SuffixCache {
         if len < 2 || max == 0 {
             return Vec::new();
         }
-        let Some(at) = self.index.get(&(context[len - 2], context[len - 1])) else {
+        if self.heads.is_empty() {
             return Vec::new();
-        };
+        }
+        let (a, b) = (context[len - 2], context[len - 1]);
         let mut found = Vec::new();
-        for &p in at.iter().rev().filter(|&&p| p >= self.first) {
+        let mut p = self.heads[self.bucket(a, b)];
+        for _ in 0..MAX_LINKS {
+            if p == NONE || p < self.first {
+                break;
+            }
+            let here = p;
+            p = self.prev[(here - self.first) as usize];
+            // A bucket holds other bigrams too.
+            if self.at(here - 1) != Some(b) || self.at(here - 2) != Some(a) {
+                continue;
+            }
+            let p = here;
             let n = (1..=depth.min(len))
                 .take_while(|&k| {
                     p.checked_sub(k as u64)
@@ -352,14 +371,19 @@ mod tests {
     }
 
     #[test]
-    fn the_index_is_swept_of_dropped_positions() {
-        let mut c = SuffixCache::new(1, 64);
-        for r in 0..200u32 {
-            c.add(&[r * 3, r * 3 + 1, r * 3 + 2, r * 3 + 1]);
+    fn a_bucket_shared_by_other_bigrams_finds_only_the_context_s() {
+        // 1,024 buckets (the least) for the 4,096 tokens of the newest 682 requests, each with
+        // bigrams of its own: buckets are shared.
+        let mut c = SuffixCache::new(100_000, 4_096);
+        for r in 0..10_000u32 {
+            c.add(&[r, r + 50_000, 7, r + 100_000, 8]);
         }
-        // Only the newest request's bigrams (and those dropped since the last sweep) remain.
-        assert!(c.index.len() <= 2 * 64, "{}", c.index.len());
-        let positions: usize = c.index.values().map(VecDeque::len).sum();
-        assert_eq!(c.positions, positions);
+        assert!(c.occurrences(&[50_000, 7], 24, 4, 16).is_empty());
+        for r in [9_318u32, 9_500, 9_999] {
+            let found = c.occurrences(&[r + 50_000, 7], 24, 4, 16);
+            assert_eq!(found, [(2, vec![r + 100_000, 8])], "{r}");
+        }
+        assert_eq!(c.len(), (682, 4_092));
+        assert_eq!(c.bytes(), 4_092 * 12 + 1024 * 8 + 682 * 8);
     }
 }
