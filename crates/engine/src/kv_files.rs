@@ -14,6 +14,11 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 10] = b"SPECULAKV2";
 
+/// The drafter's memory of earlier requests: its file in the directory, and that file's first
+/// bytes.
+const DRAFTER_FILE: &str = "drafter.mem";
+const DRAFTER_MAGIC: &[u8; 10] = b"SPECULADM1";
+
 pub(crate) struct KvFiles {
     dir: PathBuf,
     fingerprint: String,
@@ -89,6 +94,50 @@ impl KvFiles {
             return Err(io::Error::other("the file holds another prefix"));
         }
         r.read_exact(out)
+    }
+
+    /// Writes what `spec`'s drafter remembers of earlier requests (SUFFIX's cache) beside the
+    /// blocks, for this model; whether there was anything to write.
+    pub(crate) fn save_drafter(&self, spec: &speculative::Speculator) -> io::Result<bool> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(DRAFTER_MAGIC);
+        bytes.extend_from_slice(&(self.fingerprint.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(self.fingerprint.as_bytes());
+        if !spec.save(&mut bytes)? {
+            return Ok(false);
+        }
+        let tmp = self.dir.join(format!("{DRAFTER_FILE}.tmp"));
+        fs::File::create(&tmp)?.write_all(&bytes)?;
+        fs::rename(tmp, self.dir.join(DRAFTER_FILE))?;
+        Ok(true)
+    }
+
+    /// Gives `spec`'s drafter back what [`KvFiles::save_drafter`] wrote for this model, if
+    /// anything (another model's file is left alone); `vocab` bounds its token ids.
+    pub(crate) fn restore_drafter(
+        &self,
+        spec: &mut speculative::Speculator,
+        vocab: usize,
+    ) -> io::Result<bool> {
+        let file = match fs::File::open(self.dir.join(DRAFTER_FILE)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let mut r = io::BufReader::new(file);
+        let mut magic = [0u8; 10];
+        r.read_exact(&mut magic)?;
+        let n = read_u32(&mut r)? as usize;
+        if &magic != DRAFTER_MAGIC || n != self.fingerprint.len() {
+            return Ok(false);
+        }
+        let mut fp = vec![0u8; n];
+        r.read_exact(&mut fp)?;
+        if fp != self.fingerprint.as_bytes() {
+            return Ok(false);
+        }
+        spec.restore(&mut r, vocab)?;
+        Ok(true)
     }
 
     /// The token paths of this model's stored blocks, shortest first (so parents come before

@@ -69,8 +69,40 @@ impl Engine {
             forced: HashSet::new(),
             tiers,
         };
+        engine.restore_drafter_memory();
         engine.calibrate();
         engine
+    }
+
+    /// With a storage tier, what the drafter remembered before a restart (SUFFIX's cache) is
+    /// taken back; a file that cannot be read is left out, with a warning.
+    fn restore_drafter_memory(&mut self) {
+        let (Some(files), Some(spec)) = (self.tiers.files(), self.speculator.as_mut()) else {
+            return;
+        };
+        match files.restore_drafter(spec, self.target.vocab_size()) {
+            Ok(true) => {
+                let m = spec.memory();
+                tracing::info!(
+                    requests = m.requests,
+                    tokens = m.tokens,
+                    "drafter memory restored"
+                );
+                self.stats.set_speculator(spec);
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!("the drafter's memory could not be read: {e}"),
+        }
+    }
+
+    /// With a storage tier, what the drafter remembers is written out (a shutdown).
+    fn save_drafter_memory(&self) {
+        let (Some(files), Some(spec)) = (self.tiers.files(), self.speculator.as_ref()) else {
+            return;
+        };
+        if let Err(e) = files.save_drafter(spec) {
+            tracing::warn!("the drafter's memory could not be written: {e}");
+        }
     }
 
     /// Runs until every handle is gone.
@@ -216,6 +248,7 @@ impl Engine {
                 } else {
                     0
                 };
+                self.save_drafter_memory();
                 let _ = reply.send(written);
             }
             Command::FlushCache(reply) => {

@@ -38,6 +38,11 @@ impl Tiers {
     }
 
     /// Whether there is a storage tier.
+    /// The storage tier's files, if there is one.
+    pub(crate) fn files(&self) -> Option<&KvFiles> {
+        self.files.as_ref()
+    }
+
     pub(crate) fn has_storage(&self) -> bool {
         self.files.is_some()
     }

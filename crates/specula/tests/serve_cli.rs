@@ -1042,6 +1042,54 @@ async fn the_host_tier_holds_the_bytes_it_is_given_in_either_kv_dtype() {
 }
 
 #[tokio::test]
+async fn a_restarted_suffix_server_with_a_storage_dir_drafts_what_it_saw_before() {
+    let dir = std::env::temp_dir().join(format!("specula-suffix-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dir_arg = dir.to_str().unwrap().to_string();
+    let args = [
+        "--speculative-algorithm",
+        "SUFFIX",
+        "--enable-hierarchical-cache",
+        "--hicache-storage-dir",
+        dir_arg.as_str(),
+    ];
+    let body = json!({"messages": [{"role": "user", "content": "Describe a lighthouse at night."}],
+                      "max_tokens": 48, "temperature": 0, "ignore_eos": true});
+    let first = {
+        let mut s = Server::start(&args);
+        let (_, r) = post(&s.url("/v1/chat/completions"), body.clone()).await;
+        s.terminate();
+        assert!(s.wait(Duration::from_secs(60)).success());
+        r
+    };
+    assert!(dir.join("drafter.mem").exists());
+    let s = Server::start(&args);
+    // Its warm-up's request, and the first server's requests.
+    let restored = metric(&s, "spec_cache_requests").await;
+    let (_, again) = post(&s.url("/v1/chat/completions"), body).await;
+    assert_eq!(
+        again["choices"][0]["message"],
+        first["choices"][0]["message"]
+    );
+    let per_pass = again["usage"]["spec_accept_length"].as_f64().unwrap_or(1.0);
+    assert!(per_pass > 3.0, "{again}");
+    drop(s);
+    // A damaged file is left out (with a warning): the server starts and answers the same.
+    let path = dir.join("drafter.mem");
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let s = Server::start(&args);
+    let fresh = metric(&s, "spec_cache_requests").await;
+    assert!(fresh >= 1.0 && fresh < restored, "{fresh} of {restored}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
 async fn a_restarted_server_with_a_storage_dir_reuses_its_prefixes() {
     let dir = std::env::temp_dir().join(format!("specula-hicache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

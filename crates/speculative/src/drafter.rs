@@ -71,6 +71,16 @@ pub trait Drafter {
     fn memory(&self) -> DrafterMemory {
         DrafterMemory::default()
     }
+    /// Writes what it remembers of earlier requests to `out`, for [`Drafter::restore`] after a
+    /// restart; `false`: it remembers nothing, and wrote nothing.
+    fn save(&self, _out: &mut dyn std::io::Write) -> std::io::Result<bool> {
+        Ok(false)
+    }
+    /// Takes back what [`Drafter::save`] wrote, for a target of `vocab` tokens (anything else,
+    /// or more than the drafter keeps, is an error and restores nothing).
+    fn restore(&mut self, _input: &mut dyn std::io::Read, _vocab: usize) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Prompt lookup as a drafter.

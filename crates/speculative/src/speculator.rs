@@ -122,6 +122,16 @@ impl Speculator {
         self.drafter.memory()
     }
 
+    /// Writes what the drafter remembers (see [`Drafter::save`]).
+    pub fn save(&self, out: &mut dyn std::io::Write) -> std::io::Result<bool> {
+        self.drafter.save(out)
+    }
+
+    /// Restores what [`Speculator::save`] wrote (see [`Drafter::restore`]).
+    pub fn restore(&mut self, input: &mut dyn std::io::Read, vocab: usize) -> std::io::Result<()> {
+        self.drafter.restore(input, vocab)
+    }
+
     /// The request ended with `tokens` (its prompt and output; `None` when they are gone).
     pub fn finish(&mut self, id: SeqId, tokens: Option<&[u32]>) {
         if let Some(tokens) = tokens {

@@ -19,6 +19,10 @@ use crate::drafter::{Drafter, DrafterMemory, Guess};
 use crate::ngram::{TREE_OCCURRENCES, occurrences, vote_tree};
 use model::ModelError;
 use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+
+/// The first bytes of a saved cache.
+const SAVED: &[u8; 8] = b"SPSUFX01";
 
 /// What separates two requests in the cache (no token id is this large).
 const SEPARATOR: u32 = u32::MAX;
@@ -156,6 +160,50 @@ impl SuffixCache {
         self.first = end;
     }
 
+    /// Writes the cached requests (oldest first) to `out`.
+    pub fn save(&self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(SAVED)?;
+        out.write_all(&(self.tokens.len() as u64).to_le_bytes())?;
+        let mut bytes = Vec::with_capacity(self.tokens.len() * 4);
+        for t in &self.tokens {
+            bytes.extend_from_slice(&t.to_le_bytes());
+        }
+        out.write_all(&bytes)
+    }
+
+    /// Adds the requests [`SuffixCache::save`] wrote; the whole input is checked first (its
+    /// size within this cache's bound, every token below `vocab`), so a bad one adds nothing.
+    pub fn restore(&mut self, input: &mut dyn Read, vocab: usize) -> io::Result<()> {
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+        let mut magic = [0u8; 8];
+        input.read_exact(&mut magic)?;
+        if &magic != SAVED {
+            return Err(bad("not a saved suffix cache"));
+        }
+        let mut n = [0u8; 8];
+        input.read_exact(&mut n)?;
+        let n = u64::from_le_bytes(n);
+        if n > self.max_tokens as u64 {
+            return Err(bad("more tokens than the cache keeps"));
+        }
+        let mut bytes = vec![0u8; n as usize * 4];
+        input.read_exact(&mut bytes)?;
+        let tokens: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if tokens
+            .iter()
+            .any(|&t| t != SEPARATOR && t as usize >= vocab)
+        {
+            return Err(bad("a token id past the vocabulary"));
+        }
+        for request in tokens.split(|&t| t == SEPARATOR).filter(|r| !r.is_empty()) {
+            self.add(request);
+        }
+        Ok(())
+    }
+
     fn at(&self, position: u64) -> Option<u32> {
         let i = position.checked_sub(self.first)?;
         self.tokens.get(i as usize).copied()
@@ -277,6 +325,18 @@ impl Drafter for SuffixDrafter {
         self.cache.add(tokens);
     }
 
+    fn save(&self, out: &mut dyn Write) -> io::Result<bool> {
+        if self.cache.is_empty() {
+            return Ok(false);
+        }
+        self.cache.save(out)?;
+        Ok(true)
+    }
+
+    fn restore(&mut self, input: &mut dyn Read, vocab: usize) -> io::Result<()> {
+        self.cache.restore(input, vocab)
+    }
+
     fn memory(&self) -> DrafterMemory {
         let (requests, tokens) = self.cache.len();
         DrafterMemory {
@@ -368,6 +428,31 @@ mod tests {
         let mut none = SuffixCache::new(0, 100);
         none.add(&[1, 2, 3]);
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_saved_cache_is_restored_and_a_bad_one_restores_nothing() {
+        let mut c = SuffixCache::new(10, 1000);
+        c.add(&[1, 2, 3, 4]);
+        c.add(&[5, 6, 7]);
+        let mut saved = Vec::new();
+        c.save(&mut saved).unwrap();
+        let mut back = SuffixCache::new(10, 1000);
+        back.restore(&mut saved.as_slice(), 100).unwrap();
+        assert_eq!(back.len(), c.len());
+        assert_eq!(back.occurrences(&[0, 1, 2], 24, 4, 16), [(2, vec![3, 4])]);
+        // A token past the vocabulary, a cut file, another format, more than the cache keeps:
+        // errors, and nothing is added.
+        let mut other = SuffixCache::new(10, 1000);
+        assert!(other.restore(&mut saved.as_slice(), 7).is_err());
+        assert!(other.restore(&mut &saved[..saved.len() - 2], 100).is_err());
+        assert!(other.restore(&mut &b"SPECULAKV2xxxxxx"[..], 100).is_err());
+        assert!(
+            SuffixCache::new(10, 4)
+                .restore(&mut saved.as_slice(), 100)
+                .is_err()
+        );
+        assert!(other.is_empty());
     }
 
     #[test]
