@@ -52,17 +52,17 @@ pub struct DemoArgs {
     /// compare the two.
     #[arg(long)]
     compare_spec: bool,
-    /// The candidate's speculation (with --compare-spec): NGRAM (prompt lookup), STANDALONE (a
-    /// draft model) or EAGLE3 (a head) [default: EAGLE3 with the built-in head on the default
-    /// model, NGRAM on another].
+    /// The candidate's speculation (with --compare-spec): SUFFIX (suffix decoding), NGRAM
+    /// (prompt lookup), STANDALONE (a draft model) or EAGLE3 (a head) [default: SUFFIX, the
+    /// fastest measured on the default model].
     #[arg(long, alias = "speculative-algorithm")]
     spec_algorithm: Option<String>,
     /// The draft model of STANDALONE (a GGUF file with the target's tokenizer) or the head of
     /// EAGLE3 (a folder in SGLang's layout; default: the built-in one).
     #[arg(long, alias = "speculative-draft-model-path")]
     spec_draft_model_path: Option<PathBuf>,
-    /// Draft tokens a sequence verifies per step at most [default: 8 for NGRAM, 4 for
-    /// STANDALONE and EAGLE3].
+    /// Draft tokens a sequence verifies per step at most [default: 16 for SUFFIX, 8 for NGRAM,
+    /// 4 for STANDALONE and EAGLE3].
     #[arg(long, alias = "speculative-num-draft-tokens")]
     spec_num_draft_tokens: Option<usize>,
     /// The fixed policy (the most drafts every step) instead of the adaptive one.
@@ -128,14 +128,10 @@ impl DemoArgs {
         Ok(())
     }
 
-    /// The candidate's algorithm as named, or the default (EAGLE3 on the default model, which
-    /// has a built-in head).
+    /// The candidate's algorithm as named, or the default: SUFFIX, which ran fastest against
+    /// plain decoding of the drafters measured (BENCHMARKS, 2026-12-07) and needs no draft.
     fn spec_algorithm_name(&self) -> &str {
-        match (&self.spec_algorithm, &self.model_path) {
-            (Some(a), _) => a,
-            (None, None) => "EAGLE3",
-            (None, Some(_)) => "NGRAM",
-        }
+        self.spec_algorithm.as_deref().unwrap_or("SUFFIX")
     }
 
     /// The candidate's algorithm.
@@ -358,8 +354,8 @@ mod tests {
 
     #[test]
     fn the_candidates_algorithm_and_its_draft_go_together() {
-        assert_eq!(algorithm(&[]), Ok("EAGLE3".into()));
-        assert_eq!(algorithm(&["--model", "m.gguf"]), Ok("NGRAM".into()));
+        assert_eq!(algorithm(&[]), Ok("SUFFIX".into()));
+        assert_eq!(algorithm(&["--model", "m.gguf"]), Ok("SUFFIX".into()));
         assert_eq!(
             algorithm(&["--spec-algorithm", "eagle3", "--spec-draft-model-path", "h"]),
             Ok("EAGLE3".into())

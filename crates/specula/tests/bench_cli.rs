@@ -958,14 +958,14 @@ fn demo_compare_spec_alternates_two_servers_and_compares_them() {
         names,
         [
             "baseline@1",
-            "ngram-adaptive@1",
+            "suffix-adaptive@1",
             "baseline@2",
-            "ngram-adaptive@2"
+            "suffix-adaptive@2"
         ],
         "{text}"
     );
     assert!(
-        text.contains("candidate `ngram-adaptive` against baseline `baseline`"),
+        text.contains("candidate `suffix-adaptive` against baseline `baseline`"),
         "{text}"
     );
     let row = Regex::new(
