@@ -36,6 +36,12 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// Marks errors raised by the template's own `raise_exception`.
 const RAISED: &str = "raise_exception: ";
 
+/// The work one render may do (minijinja's fuel: about one unit an instruction and one per 64
+/// bytes of data made): a model's template comes from its file, and one that loops for ever or
+/// builds a string without end must fail the request, not hold a thread. The largest request
+/// body's conversation takes a few million; this bounds a render to about a second and 1.3 GB.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ChatTemplateError {
     #[error("the chat template does not parse: {0}")]
@@ -402,6 +408,11 @@ fn render_error(e: Error) -> ChatTemplateError {
     if e.kind() == ErrorKind::SyntaxError {
         return ChatTemplateError::Syntax(describe(&e));
     }
+    if e.kind() == ErrorKind::OutOfFuel {
+        return ChatTemplateError::Render(format!(
+            "the chat template did more work than a render may ({TEMPLATE_FUEL} steps)"
+        ));
+    }
     ChatTemplateError::Render(describe(&e))
 }
 
@@ -417,6 +428,7 @@ fn environment() -> Environment<'static> {
         env.set_syntax(syntax);
     }
     env.set_debug(false);
+    env.set_fuel(Some(TEMPLATE_FUEL));
     minijinja_contrib::add_to_environment(&mut env);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.set_formatter(write_value);

@@ -326,3 +326,27 @@ fn a_template_that_checks_call_ids_still_shows_calls() {
     );
     assert!(caps.requires_object_arguments && !caps.supports_tools);
 }
+
+#[test]
+fn a_template_that_never_ends_runs_out_of_fuel_and_a_big_chat_does_not() {
+    let t = tmpl(
+        "{% if messages[0].content == 'loop' %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}\
+         {% if messages[0].content == 'big' %}{% set ns = namespace(s='x') %}{% for i in range(40) %}\
+         {% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}{% endif %}ok",
+    );
+    for what in ["loop", "big"] {
+        let e = t
+            .render(&[user(what)], &ChatOptions::default())
+            .unwrap_err();
+        assert!(
+            matches!(&e, ChatTemplateError::Render(m) if m.contains("more work than a render may")),
+            "{what}: {e}"
+        );
+    }
+    // A conversation as large as a request body may hold (15 MB) renders in full.
+    let chatml = tmpl(CHATML_TEMPLATE);
+    let text = "word ".repeat(1000);
+    let messages: Vec<Json> = (0..3000).map(|_| user(&text)).collect();
+    let out = chatml.render(&messages, &ChatOptions::default()).unwrap();
+    assert!(out.len() > 3000 * 5000, "{}", out.len());
+}
