@@ -27,14 +27,18 @@ pub struct DrafterMemory {
     pub bytes: u64,
 }
 
-/// Something that proposes draft tokens for decoding sequences.
+/// Something that proposes draft tokens for decoding sequences. The defaults are those of a
+/// drafter that guesses everything up front from the tokens alone (prompt lookup, suffix
+/// decoding): one slot a draft, nothing drafted later, nothing kept per sequence.
 pub trait Drafter {
     /// Up to `max` drafts following `tokens` (prompt and output so far), in a tree of `width`
     /// candidates per node (1: a chain), if the drafter can tell without KV slots.
     fn guess(&mut self, tokens: &[u32], max: usize, width: usize) -> Guess;
     /// KV slots past the sequence's last token that drafting `nodes` drafts in `depth` levels
     /// of `width` writes (besides the drafts verified).
-    fn slots(&self, depth: usize, width: usize, nodes: usize) -> usize;
+    fn slots(&self, _depth: usize, _width: usize, nodes: usize) -> usize {
+        nodes
+    }
     /// Before [`Drafter::draft`], the work the drafter owes the sequences for positions it has
     /// not seen yet (an EAGLE-3 head's rows for what was decoded while the sequence did not
     /// draft): done apart so that the draft call's own time is what drafts cost, and a
@@ -49,10 +53,14 @@ pub trait Drafter {
         0
     }
     /// Drafts for the sequences that answered [`Guess::AfterSlots`], their slots reserved.
-    fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError>;
+    fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {
+        Ok(vec![DraftTree::default(); requests.len()])
+    }
     /// After verification: the sequence `key` kept the draft nodes `path` (root excluded, in
     /// order), whose tokens are `tokens`.
-    fn accepted(&mut self, key: u64, path: &[usize], tokens: &[u32]) -> Result<(), ModelError>;
+    fn accepted(&mut self, _key: u64, _path: &[usize], _tokens: &[u32]) -> Result<(), ModelError> {
+        Ok(())
+    }
     /// The target layers whose entering residual streams the drafter reads, if it reads any
     /// (then [`Drafter::features`] gets them for every row of the sequences that speculate).
     fn capture_layers(&self) -> Option<[usize; 3]> {
@@ -63,7 +71,7 @@ pub trait Drafter {
     /// root, then node after node), resolved by the [`Drafter::accepted`] that follows.
     fn features(&mut self, _key: u64, _start: usize, _rows: &[f32], _verified: bool) {}
     /// The sequence's KV is gone (it ended, was preempted or is recomputed).
-    fn forget(&mut self, key: u64);
+    fn forget(&mut self, _key: u64) {}
     /// A request ended with these tokens (its prompt and output): what a drafter that learns
     /// from earlier requests (`SUFFIX`) remembers.
     fn finished(&mut self, _tokens: &[u32]) {}
@@ -101,21 +109,6 @@ impl Drafter for NgramDrafter {
             None => Guess::Nothing,
         }
     }
-
-    fn slots(&self, _depth: usize, _width: usize, nodes: usize) -> usize {
-        nodes
-    }
-
-    fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {
-        // Every guess is made up front; nothing drafts later.
-        Ok(vec![DraftTree::default(); requests.len()])
-    }
-
-    fn accepted(&mut self, _key: u64, _path: &[usize], _tokens: &[u32]) -> Result<(), ModelError> {
-        Ok(())
-    }
-
-    fn forget(&mut self, _key: u64) {}
 }
 
 impl Drafter for DraftModel {

@@ -14,10 +14,8 @@
 //! first (`examples/suffix_cost.rs` times both).
 
 use crate::DraftTree;
-use crate::draft_model::DraftRequest;
 use crate::drafter::{Drafter, DrafterMemory, Guess};
 use crate::ngram::{TREE_OCCURRENCES, occurrences, vote_tree};
-use model::ModelError;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 
@@ -276,10 +274,6 @@ impl SuffixDrafter {
         }
     }
 
-    pub fn cache(&self) -> &SuffixCache {
-        &self.cache
-    }
-
     /// Up to `max` drafts in a tree of `width` children a node, and the longest match.
     pub fn lookup(&self, tokens: &[u32], max: usize, width: usize) -> Option<(DraftTree, usize)> {
         let depth = self.settings.max_tree_depth;
@@ -309,18 +303,6 @@ impl Drafter for SuffixDrafter {
         }
     }
 
-    fn slots(&self, _depth: usize, _width: usize, nodes: usize) -> usize {
-        nodes
-    }
-
-    fn draft(&mut self, requests: &[DraftRequest<'_>]) -> Result<Vec<DraftTree>, ModelError> {
-        Ok(vec![DraftTree::default(); requests.len()])
-    }
-
-    fn accepted(&mut self, _key: u64, _path: &[usize], _tokens: &[u32]) -> Result<(), ModelError> {
-        Ok(())
-    }
-
     fn finished(&mut self, tokens: &[u32]) {
         self.cache.add(tokens);
     }
@@ -345,8 +327,6 @@ impl Drafter for SuffixDrafter {
             bytes: self.cache.bytes() as u64,
         }
     }
-
-    fn forget(&mut self, _key: u64) {}
 }
 
 #[cfg(test)]
