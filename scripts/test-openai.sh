@@ -54,7 +54,8 @@ real=$url
 serve target/openai-serve-scripted.log "${smollm[@]}" \
     --scripted-output crates/specula/tests/fixtures/tool_script.json
 scripted=$url
-serve target/openai-serve-eagle3.log --model-path "$model" --speculative-algorithm EAGLE3
+serve target/openai-serve-eagle3.log --model-path "$model" --speculative-algorithm EAGLE3 \
+    --speculative-adaptive false
 eagle3=$url
 qwen=()
 if $with_qwen; then

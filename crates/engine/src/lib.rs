@@ -19,7 +19,7 @@ pub mod watchdog;
 #[cfg(test)]
 mod tests;
 
-pub use speculative::Draft;
+pub use speculative::{Algorithm, Draft, DrafterCounts};
 pub use validate::ConfigError;
 
 pub use scheduler::{FlushError, SchedulePolicy, SchedulerConfig};

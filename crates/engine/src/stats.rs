@@ -1,6 +1,7 @@
 //! Live engine statistics, written by the engine thread and admission, read by `/metrics` and
 //! `/server_info`.
 
+use speculative::{Algorithm, DrafterCounts, MOST_DRAFTERS};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 #[derive(Debug, Default)]
@@ -43,6 +44,9 @@ pub struct EngineStats {
     draft_ns: AtomicU64,
     /// What the drafter remembers of earlier requests: requests, tokens, bytes.
     drafter_memory: [AtomicU64; 3],
+    /// Per drafter of the combination, in order: its index in `Algorithm::DRAFTING` plus one
+    /// (0: no drafter there), then its verifications, draft tokens verified and accepted.
+    drafters: [[AtomicU64; 4]; MOST_DRAFTERS],
     /// Decode-only steps without drafts ([0]) and with ([1]): nanoseconds in plan, forward and
     /// update, and their count.
     phase_ns: [[AtomicU64; 3]; 2],
@@ -118,6 +122,8 @@ pub struct StatsSnapshot {
     pub spec_cache_requests: u64,
     pub spec_cache_tokens: u64,
     pub spec_cache_bytes: u64,
+    /// Each drafter's own figures (a combination has several), in the order given.
+    pub spec_drafters: [Option<(Algorithm, DrafterCounts)>; MOST_DRAFTERS],
     /// Where a decode-only step's time goes, without drafts ([0]) and with ([1]): mean
     /// milliseconds in plan (drafting included), forward and update (verification included),
     /// and the steps averaged.
@@ -186,6 +192,7 @@ impl EngineStats {
             spec_cache_requests: self.drafter_memory[0].load(Relaxed),
             spec_cache_tokens: self.drafter_memory[1].load(Relaxed),
             spec_cache_bytes: self.drafter_memory[2].load(Relaxed),
+            spec_drafters: std::array::from_fn(|i| self.drafter(i)),
             step_phases_ms: std::array::from_fn(|k| {
                 let n = self.phase_steps[k].load(Relaxed).max(1) as f64;
                 std::array::from_fn(|p| self.phase_ns[k][p].load(Relaxed) as f64 / n / 1e6)
@@ -312,6 +319,18 @@ impl EngineStats {
             .store((spent.catch_up_seconds * 1e9) as u64, Relaxed);
         self.draft_ns
             .store((spent.draft_seconds * 1e9) as u64, Relaxed);
+        for (slot, d) in self.drafters.iter().zip(spec.drafters()) {
+            let index = Algorithm::DRAFTING.iter().position(|&a| a == d.algorithm);
+            let c = d.counts;
+            for (v, n) in slot.iter().zip([
+                index.map_or(0, |i| i as u64 + 1),
+                c.chosen,
+                c.proposed,
+                c.accepted,
+            ]) {
+                v.store(n, Relaxed);
+            }
+        }
         let memory = spec.memory();
         for (slot, v) in
             self.drafter_memory
@@ -320,6 +339,19 @@ impl EngineStats {
         {
             slot.store(v, Relaxed);
         }
+    }
+
+    /// Drafter `i` of the combination and its figures, if there is one.
+    fn drafter(&self, i: usize) -> Option<(Algorithm, DrafterCounts)> {
+        let [index, chosen, proposed, accepted] =
+            self.drafters[i].each_ref().map(|v| v.load(Relaxed));
+        let algorithm = *Algorithm::DRAFTING.get(usize::try_from(index).ok()?.checked_sub(1)?)?;
+        let counts = DrafterCounts {
+            chosen,
+            proposed,
+            accepted,
+        };
+        Some((algorithm, counts))
     }
 
     pub(crate) fn add_spec_step(&self, on: bool) {

@@ -212,7 +212,7 @@ struct Harness {
 fn engine_config(setup: &Setup) -> EngineConfig {
     let speculative = setup.ngram_topk.map(|topk| {
         SpecConfig::from_flags(SpecFlags {
-            algorithm: Algorithm::Ngram,
+            algorithm: Algorithm::Ngram.into(),
             num_draft_tokens: Some(4),
             num_steps: 4,
             eagle_topk: topk,

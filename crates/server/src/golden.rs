@@ -6,6 +6,15 @@ use crate::metrics::{Outcome, ServerMetrics};
 use engine::StatsSnapshot;
 use serde_json::Value;
 
+/// A drafter's figures: verifications, draft tokens verified and accepted.
+fn drafted(chosen: u64, proposed: u64, accepted: u64) -> engine::DrafterCounts {
+    engine::DrafterCounts {
+        chosen,
+        proposed,
+        accepted,
+    }
+}
+
 /// Statistics with a different value in every field.
 pub(crate) fn sample() -> (StatsSnapshot, ServerMetrics) {
     let mut accept_hist = [0; engine::ACCEPT_BUCKETS];
@@ -45,6 +54,12 @@ pub(crate) fn sample() -> (StatsSnapshot, ServerMetrics) {
         spec_cache_requests: 12,
         spec_cache_tokens: 5_400,
         spec_cache_bytes: 64_000,
+        spec_drafters: [
+            Some((engine::Algorithm::Eagle3, drafted(90, 320, 110))),
+            Some((engine::Algorithm::Suffix, drafted(120, 480, 223))),
+            None,
+            None,
+        ],
         step_phases_ms: [[0.5, 9.5, 0.25], [1.5, 14.0, 0.75]],
         step_phase_counts: [700, 190],
         cache_blocks: 61,

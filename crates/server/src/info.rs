@@ -41,6 +41,21 @@ pub(crate) fn counters(info: &mut Map<String, Value>, sources: &Sources<'_>, pre
     info.insert("prefix_cache".into(), json!({ "enabled": prefix_cache }));
     info.insert("speculative".into(), json!({}));
     crate::metrics::server_info(info, sources);
+    let drafters: Map<String, Value> = sources
+        .engine
+        .spec_drafters
+        .iter()
+        .flatten()
+        .map(|(a, c)| {
+            let figures = json!({
+                "verifications": c.chosen,
+                "proposed": c.proposed,
+                "accepted": c.accepted,
+            });
+            (a.label().to_string(), figures)
+        })
+        .collect();
+    info["speculative"]["drafters"] = Value::Object(drafters);
 }
 
 /// The Prometheus text exposition.

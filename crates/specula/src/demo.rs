@@ -135,9 +135,9 @@ impl DemoArgs {
     }
 
     /// The candidate's algorithm.
-    fn algorithm(&self) -> Result<speculative::Algorithm, anyhow::Error> {
+    fn algorithm(&self) -> Result<speculative::Algorithms, anyhow::Error> {
         let name = self.spec_algorithm_name();
-        let algorithm: speculative::Algorithm = name
+        let algorithm: speculative::Algorithms = name
             .parse()
             .map_err(|e: String| anyhow!("--spec-algorithm: {e}"))?;
         if self.spec_num_draft_tokens == Some(0) {
@@ -161,7 +161,7 @@ impl DemoArgs {
     fn serve_config(
         &self,
         model: &Model,
-        algorithm: Option<speculative::Algorithm>,
+        algorithm: Option<speculative::Algorithms>,
     ) -> Result<ServeConfig, Failure> {
         let mut args = ServeArgs {
             host: Some("127.0.0.1".into()),

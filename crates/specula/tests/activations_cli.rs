@@ -94,6 +94,8 @@ async fn serve_with_int8_reports_it_and_runs_the_model_and_its_draft_in_it() {
         "int8",
         "--speculative-algorithm",
         "STANDALONE",
+        "--speculative-adaptive",
+        "false",
         "--speculative-draft-model-path",
         model.to_str().unwrap(),
         "--speculative-num-steps",

@@ -116,16 +116,25 @@ async fn speculation_is_lossless_and_the_cache_exact(name: &str, shape: TargetSh
     write_head(head.path(), shape);
     let head = head.path().to_str().unwrap();
     for flags in [
-        &["--speculative-algorithm", "NGRAM"][..],
         &[
             "--speculative-algorithm",
             "NGRAM",
+            "--speculative-adaptive",
+            "false",
+        ][..],
+        &[
+            "--speculative-algorithm",
+            "NGRAM",
+            "--speculative-adaptive",
+            "false",
             "--speculative-eagle-topk",
             "2",
         ][..],
         &[
             "--speculative-algorithm",
             "EAGLE3",
+            "--speculative-adaptive",
+            "false",
             "--speculative-draft-model-path",
             head,
         ][..],

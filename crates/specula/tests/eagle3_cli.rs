@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::server::{Server, metric, post};
+use common::server::{Server, get_json, metric, post};
 use common::stats::{same_distribution, sample_prefixes};
 use serde_json::{Value, json};
 use speculative::eagle3::{Eagle3Config, Eagle3Head, TargetShape, WeightDtype};
@@ -73,7 +73,12 @@ async fn the_built_in_head_serves_the_default_model_with_its_greedy_output() {
     let plain = Server::start(&[]);
     let (_, want) = post(&plain.url("/v1/chat/completions"), body(2, 40)).await;
     drop(plain);
-    let spec = Server::start(&["--speculative-algorithm", "EAGLE3"]);
+    let spec = Server::start(&[
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-adaptive",
+        "false",
+    ]);
     let (_, got) = post(&spec.url("/v1/chat/completions"), body(2, 40)).await;
     assert_eq!(got["choices"][0]["message"], want["choices"][0]["message"]);
     assert!(metric(&spec, "spec_draft_tokens_total").await > 0.0);
@@ -106,6 +111,8 @@ async fn an_eagle3_head_gives_the_same_greedy_output_in_chains_and_trees() {
         let mut args = vec![
             "--speculative-algorithm",
             "EAGLE3",
+            "--speculative-adaptive",
+            "false",
             "--speculative-draft-model-path",
             head,
         ];
@@ -175,7 +182,12 @@ async fn eagle3_serves_a_qwen3_target_with_its_greedy_output() {
         let mut cmd = Server::command();
         cmd.arg("--model-path").arg(&model);
         if spec {
-            cmd.args(["--speculative-algorithm", "EAGLE3"]);
+            cmd.args([
+                "--speculative-algorithm",
+                "EAGLE3",
+                "--speculative-adaptive",
+                "false",
+            ]);
             cmd.arg("--speculative-draft-model-path").arg(head.path());
         }
         Server::spawn(cmd)
@@ -202,10 +214,18 @@ async fn sampled_output_with_eagle3_chains_and_trees_has_the_same_distribution()
     let plain = Server::start(&[]);
     let a = sample_prefixes(&plain.url("/v1/completions"), &body, 13, 3).await;
     drop(plain);
-    for (topk, steps) in [("2", "2"), ("1", "4")] {
+    // The head's chains combined with suffix decoding too: the prompt, asked again and again,
+    // is soon in the cache of finished requests, so both drafters draft.
+    for (algorithm, topk, steps) in [
+        ("EAGLE3", "2", "2"),
+        ("EAGLE3", "1", "4"),
+        ("EAGLE3,SUFFIX", "1", "4"),
+    ] {
         let spec = Server::start(&[
             "--speculative-algorithm",
-            "EAGLE3",
+            algorithm,
+            "--speculative-adaptive",
+            "false",
             "--speculative-eagle-topk",
             topk,
             "--speculative-num-steps",
@@ -215,10 +235,78 @@ async fn sampled_output_with_eagle3_chains_and_trees_has_the_same_distribution()
         ]);
         let b = sample_prefixes(&spec.url("/v1/completions"), &body, 13, 3).await;
         let accepted = metric(&spec, "spec_accepted_tokens_total").await;
-        assert!(accepted > 100.0, "topk {topk}: {accepted} accepted");
+        assert!(
+            accepted > 100.0,
+            "{algorithm} topk {topk}: {accepted} accepted"
+        );
         assert!(accepted < metric(&spec, "spec_draft_tokens_total").await);
+        if algorithm.contains(',') {
+            let chosen = drafter_verifications(&spec).await;
+            assert!(chosen.iter().all(|&(_, n)| n > 10), "{chosen:?}");
+        }
         same_distribution(&a, &b);
     }
+}
+
+/// Each drafter's verifications (`/server_info`'s `speculative.drafters`), in the order given.
+async fn drafter_verifications(server: &Server) -> Vec<(String, u64)> {
+    let info = get_json(server, "/server_info").await;
+    let drafters = info["speculative"]["drafters"].as_object().cloned();
+    drafters
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, d)| (name, d["verifications"].as_u64().unwrap_or(0)))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_head_and_suffix_decoding_combined_keep_the_greedy_output_and_both_draft() {
+    // EAGLE3,SUFFIX under the fixed policy, so every step drafts: fresh text takes the head's
+    // drafts, an answer asked for again the cache's, and the output is plain decoding's.
+    let story = json!({"messages": [{"role": "user",
+                        "content": "Write a short story about a robot who learns to paint."}],
+                       "max_tokens": 48, "temperature": 0, "ignore_eos": true});
+    let plain = Server::start(&[]);
+    let chat = plain.url("/v1/chat/completions");
+    let (_, want) = post(&chat, story.clone()).await;
+    let together = staggered(chat).await;
+    drop(plain);
+    let spec = Server::start(&[
+        "--speculative-algorithm",
+        "EAGLE3,SUFFIX",
+        "--speculative-adaptive",
+        "false",
+    ]);
+    let chat = spec.url("/v1/chat/completions");
+    let (_, first) = post(&chat, story.clone()).await;
+    assert_eq!(
+        first["choices"][0]["message"],
+        want["choices"][0]["message"]
+    );
+    let head_only = drafter_verifications(&spec).await;
+    let (_, again) = post(&chat, story).await;
+    assert_eq!(
+        again["choices"][0]["message"],
+        want["choices"][0]["message"]
+    );
+    let per_pass = again["usage"]["spec_accept_length"].as_f64().unwrap_or(1.0);
+    assert!(
+        per_pass > 3.0,
+        "the repeat is drafted from the cache: {again}"
+    );
+    assert_eq!(staggered(chat).await, together);
+    let both = drafter_verifications(&spec).await;
+    let names: Vec<&str> = both.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["eagle3", "suffix"]);
+    assert!(
+        head_only[0].1 > 5,
+        "the head drafts fresh text: {head_only:?}"
+    );
+    assert!(
+        both[1].1 > head_only[1].1 + 5,
+        "the cache drafts the repeat: {both:?}"
+    );
+    assert_eq!(metric(&spec, "kv_blocks_used").await, 0.0);
 }
 
 /// Runs `specula serve` with `args` until it exits; its stderr.
@@ -251,6 +339,8 @@ fn a_head_that_does_not_fit_or_is_missing_is_a_start_up_error() {
     let err = refused(&[
         "--speculative-algorithm",
         "EAGLE3",
+        "--speculative-adaptive",
+        "false",
         "--speculative-draft-model-path",
         head,
     ]);
@@ -260,7 +350,12 @@ fn a_head_that_does_not_fit_or_is_missing_is_a_start_up_error() {
         .join("../model/tests/data/reference/synthetic/llama3.gguf");
     let mut cmd = Server::command();
     cmd.arg("--model-path").arg(&other);
-    cmd.args(["--speculative-algorithm", "EAGLE3"]);
+    cmd.args([
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-adaptive",
+        "false",
+    ]);
     let out = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

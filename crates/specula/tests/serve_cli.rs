@@ -182,17 +182,26 @@ async fn dropped_streams_free_their_kv_blocks() {
         &[
             "--speculative-algorithm",
             "NGRAM",
+            "--speculative-adaptive",
+            "false",
             "--speculative-eagle-topk",
             "2",
         ][..],
         &[
             "--speculative-algorithm",
             "STANDALONE",
+            "--speculative-adaptive",
+            "false",
             "--speculative-draft-model-path",
             model,
         ][..],
         // The built-in EAGLE-3 head keeps its KV on the target's blocks.
-        &["--speculative-algorithm", "EAGLE3"][..],
+        &[
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-adaptive",
+            "false",
+        ][..],
     ] {
         let s = Server::start(flags);
         abandon_requests_and_check_blocks(&s).await;
@@ -429,6 +438,8 @@ fn start_up_failures_exit_non_zero_with_one_line() {
                 model,
                 "--speculative-algorithm",
                 "STANDALONE",
+                "--speculative-adaptive",
+                "false",
             ],
             "needs --speculative-draft-model-path",
         ),
@@ -440,6 +451,8 @@ fn start_up_failures_exit_non_zero_with_one_line() {
                 model,
                 "--speculative-algorithm",
                 "STANDALONE",
+                "--speculative-adaptive",
+                "false",
                 "--speculative-draft-model-path",
                 corrupt.to_str().unwrap(),
             ],
@@ -453,6 +466,8 @@ fn start_up_failures_exit_non_zero_with_one_line() {
                 model,
                 "--speculative-algorithm",
                 "STANDALONE",
+                "--speculative-adaptive",
+                "false",
                 "--speculative-draft-model-path",
                 model,
                 "--speculative-eagle-topk",
@@ -613,6 +628,8 @@ async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
     let spec = Server::start(&[
         "--speculative-algorithm",
         "NGRAM",
+        "--speculative-adaptive",
+        "false",
         "--speculative-num-draft-tokens",
         "6",
     ]);
@@ -644,6 +661,8 @@ async fn ngram_speculation_gives_token_for_token_the_same_greedy_output() {
     let tree = Server::start(&[
         "--speculative-algorithm",
         "NGRAM",
+        "--speculative-adaptive",
+        "false",
         "--speculative-eagle-topk",
         "3",
         "--speculative-num-draft-tokens",
@@ -721,6 +740,8 @@ async fn a_draft_model_gives_the_same_greedy_output_and_drafts_for_itself_perfec
     let spec = Server::start(&[
         "--speculative-algorithm",
         "STANDALONE",
+        "--speculative-adaptive",
+        "false",
         "--speculative-draft-model-path",
         model,
         "--speculative-num-steps",
@@ -760,6 +781,8 @@ async fn a_draft_model_gives_the_same_greedy_output_and_drafts_for_itself_perfec
     let tree = Server::start(&[
         "--speculative-algorithm",
         "STANDALONE",
+        "--speculative-adaptive",
+        "false",
         "--speculative-draft-model-path",
         model,
         "--speculative-num-steps",
@@ -800,6 +823,8 @@ async fn sampled_output_with_speculation_has_the_same_distribution() {
     let spec = Server::start(&[
         "--speculative-algorithm",
         "NGRAM",
+        "--speculative-adaptive",
+        "false",
         "--speculative-eagle-topk",
         "3",
     ]);

@@ -253,10 +253,17 @@ async fn speculation_and_forced_drafts_keep_the_greedy_text_under_a_grammar() {
     let plain = greedy_answers(&Server::start(&["--disable-grammar-forced-drafts"])).await;
     for args in [
         &[][..],
-        &["--speculative-algorithm", "EAGLE3"][..],
+        &[
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-adaptive",
+            "false",
+        ][..],
         &[
             "--speculative-algorithm",
             "NGRAM",
+            "--speculative-adaptive",
+            "false",
             "--speculative-num-draft-tokens",
             "4",
         ][..],
@@ -285,7 +292,15 @@ async fn sampled_output_under_a_grammar_keeps_its_distribution_with_drafts() {
     let plain = Server::start(&["--disable-grammar-forced-drafts"]);
     let a = sample_prefixes(&plain.url("/v1/completions"), &body, 8, 4).await;
     drop(plain);
-    for args in [&[][..], &["--speculative-algorithm", "EAGLE3"][..]] {
+    for args in [
+        &[][..],
+        &[
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-adaptive",
+            "false",
+        ][..],
+    ] {
         let server = Server::start(args);
         let b = sample_prefixes(&server.url("/v1/completions"), &body, 8, 4).await;
         let drafted = metric(&server, "grammar_forced_accepted_tokens_total").await

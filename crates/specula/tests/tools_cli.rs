@@ -109,6 +109,8 @@ async fn scripted_tool_calls_and_reasoning_streamed_or_not() {
         &script(),
         "--speculative-algorithm",
         "NGRAM",
+        "--speculative-adaptive",
+        "false",
     ]);
     let url = s.url("/v1/chat/completions");
     let (status, r) = post(&url, ask("What is the weather in Zürich?", json!({}))).await;

@@ -261,6 +261,24 @@ pub struct Demand {
     /// Seconds its first draft costs besides a draft's own price: the drafter's catching up on
     /// what the sequence decoded since it last drafted ([`catch_up_rows`]).
     pub once: f64,
+    /// What proposing one of its drafts costs besides the draft's row in the target's step
+    /// (zero for prompt lookup; a draft model's or a head's forward share).
+    pub draft_seconds: f64,
+}
+
+/// The most weighted tokens a second a step makes when sequence `d` alone takes its best
+/// number of drafts (none included): the step emits `tokens` in `seconds` without drafts, and a
+/// draft row adds `row` seconds besides `d.draft_seconds`. Which of several drafters drafts
+/// for a sequence is the one whose demand gives the highest rate.
+pub fn best_rate(tokens: f64, seconds: f64, row: f64, d: &Demand) -> f64 {
+    let (mut best, mut gain, mut p) = (tokens / seconds, 0.0, 1.0);
+    for k in 1..=d.max {
+        p *= d.alpha;
+        gain += d.weight * p;
+        let t = seconds + k as f64 * (row + d.draft_seconds) + d.once;
+        best = best.max((tokens + gain) / t);
+    }
+    best
 }
 
 /// Rows of catching up a sequence's first draft of a step is charged for, of a `backlog` of
@@ -281,20 +299,17 @@ pub fn catch_up_rows(backlog: usize, steps_left: f64) -> f64 {
 const STEADY_ROWS: f64 = 4.0;
 
 /// Drafts per candidate sequence. `work`: the step's work without drafts; `draft_work`: what one
-/// draft row adds to the target's step (1 + κ); `draft_seconds`: what proposing one draft costs
-/// besides (zero for prompt lookup; a draft model's forward share for `STANDALONE`); `tokens`:
-/// the weighted tokens the step emits without drafts (the sum of its decoding sequences'
-/// weights); `candidates`: what each candidate could take.
+/// draft row adds to the target's step (1 + κ); `tokens`: the weighted tokens the step emits
+/// without drafts (the sum of its decoding sequences' weights); `candidates`: what each
+/// candidate could take.
 pub fn allocate(
     cost: &CostModel,
     work: f64,
     draft_work: f64,
-    draft_seconds: f64,
     tokens: f64,
     candidates: &[Demand],
 ) -> Vec<usize> {
-    let (_, b) = cost.coefficients();
-    let b = b * draft_work + draft_seconds;
+    let row = cost.coefficients().1 * draft_work;
     let mut ks = vec![0usize; candidates.len()];
     let mut e = tokens.max(f64::MIN_POSITIVE);
     let mut t = cost.predict(work);
@@ -303,6 +318,7 @@ pub fn allocate(
     // most tokens a second: a sequence whose drafts pay only once the catching up is shared
     // between a few is not turned away by its first.
     let next = |c: &Demand, k: usize| {
+        let b = row + c.draft_seconds;
         let gain = |j: usize| c.weight * c.alpha.powi((k + j) as i32);
         if k > 0 || c.once <= 0.0 {
             return (1, gain(1), b);
@@ -398,6 +414,7 @@ mod tests {
                 max,
                 weight: 1.0,
                 once: 0.0,
+                draft_seconds: 0.0,
             })
             .collect()
     }
@@ -407,21 +424,25 @@ mod tests {
         let c = fitted(0.004, 0.0012);
         // One sequence that accepts 90% of drafts: several drafts; one at 10%: none.
         let w = 1.27; // a draft row with its logits
-        assert!(allocate(&c, w, w, 0.0, 1.0, &plain(&[(0.9, 8)]))[0] >= 4);
-        assert_eq!(allocate(&c, w, w, 0.0, 1.0, &plain(&[(0.1, 8)])), [0]);
+        assert!(allocate(&c, w, w, 1.0, &plain(&[(0.9, 8)]))[0] >= 4);
+        assert_eq!(allocate(&c, w, w, 1.0, &plain(&[(0.1, 8)])), [0]);
         // The same good sequence in a batch of 60 decodes gets fewer or none.
-        let alone = allocate(&c, w, w, 0.0, 1.0, &plain(&[(0.7, 8)]))[0];
-        let crowded = allocate(&c, 60.0 * w, w, 0.0, 60.0, &plain(&[(0.7, 8)]))[0];
+        let alone = allocate(&c, w, w, 1.0, &plain(&[(0.7, 8)]))[0];
+        let crowded = allocate(&c, 60.0 * w, w, 60.0, &plain(&[(0.7, 8)]))[0];
         assert!(crowded < alone, "{crowded} vs {alone}");
         // The better sequence is served first.
-        let ks = allocate(&c, 2.0 * w, w, 0.0, 2.0, &plain(&[(0.3, 8), (0.95, 8)]));
+        let ks = allocate(&c, 2.0 * w, w, 2.0, &plain(&[(0.3, 8), (0.95, 8)]));
         assert!(ks[1] > ks[0]);
         // Drafts that cost a draft-model forward each are granted more sparingly.
-        let free = allocate(&c, w, w, 0.0, 1.0, &plain(&[(0.8, 8)]))[0];
-        let costly = allocate(&c, w, w, 0.003, 1.0, &plain(&[(0.8, 8)]))[0];
+        let free = allocate(&c, w, w, 1.0, &plain(&[(0.8, 8)]))[0];
+        let dear = Demand {
+            draft_seconds: 0.003,
+            ..plain(&[(0.8, 8)])[0]
+        };
+        let costly = allocate(&c, w, w, 1.0, &[dear])[0];
         assert!(costly < free, "{costly} vs {free}");
         // Never more than a sequence can take.
-        assert!(allocate(&c, w, w, 0.0, 1.0, &plain(&[(0.99, 3)]))[0] <= 3);
+        assert!(allocate(&c, w, w, 1.0, &plain(&[(0.99, 3)]))[0] <= 3);
     }
 
     #[test]
@@ -435,8 +456,9 @@ mod tests {
                 max: 8,
                 weight: 1.0,
                 once,
+                draft_seconds: 0.0,
             };
-            allocate(&c, w, w, 0.0, 1.0, &[d])[0]
+            allocate(&c, w, w, 1.0, &[d])[0]
         };
         assert!(with(0.0) > 0);
         // Catching up worth two draft rows: a first draft alone would not pay for it, a few
@@ -454,6 +476,27 @@ mod tests {
     }
 
     #[test]
+    fn the_drafter_whose_drafts_raise_the_rate_most_scores_highest() {
+        // A step of 10 ms emitting one token, 1 ms a draft row.
+        let d = |alpha, max, draft_seconds| Demand {
+            alpha,
+            max,
+            weight: 1.0,
+            once: 0.0,
+            draft_seconds,
+        };
+        let rate = |d: Demand| best_rate(1.0, 0.010, 0.001, &d);
+        // Nothing worth drafting leaves the plain rate.
+        assert_eq!(rate(d(0.0, 4, 0.0)), 100.0);
+        // A long likely suffix match beats a head's guesses that cost their own forward.
+        assert!(rate(d(0.8, 16, 0.0)) > rate(d(0.4, 4, 0.0005)));
+        // With the same acceptance, the drafter that costs nothing to run wins.
+        assert!(rate(d(0.5, 4, 0.0)) > rate(d(0.5, 4, 0.002)));
+        // More drafts of the same quality never score lower (the best count is taken).
+        assert!(rate(d(0.6, 8, 0.0)) >= rate(d(0.6, 2, 0.0)));
+    }
+
+    #[test]
     fn urgency_favours_the_sequences_furthest_from_done() {
         assert_eq!(urgency(&[200, 100, 0]), [1.0, 0.75, 0.5]);
         // Budgets past the horizon count alike.
@@ -466,13 +509,14 @@ mod tests {
             max: 8,
             weight,
             once: 0.0,
+            draft_seconds: 0.0,
         };
         // Equal weights, whatever their scale, give the unweighted allocation.
-        let unweighted = allocate(&c, n * w, w, 0.0, n, &plain(&[(0.7, 8), (0.7, 8)]));
-        let halves = allocate(&c, n * w, w, 0.0, n / 2.0, &[alike(0.5), alike(0.5)]);
+        let unweighted = allocate(&c, n * w, w, n, &plain(&[(0.7, 8), (0.7, 8)]));
+        let halves = allocate(&c, n * w, w, n / 2.0, &[alike(0.5), alike(0.5)]);
         assert_eq!(unweighted, halves);
         // A sequence that is ahead gets fewer drafts than an equally good one behind it.
-        let ks = allocate(&c, n * w, w, 0.0, n * 0.75, &[alike(0.5), alike(1.0)]);
+        let ks = allocate(&c, n * w, w, n * 0.75, &[alike(0.5), alike(1.0)]);
         assert!(ks[0] < ks[1], "{ks:?}");
         assert!(ks[1] > 0, "the laggard still speculates: {ks:?}");
     }

@@ -5,8 +5,8 @@
 
 use crate::eagle3::{Eagle3Drafter, Eagle3Head, TokenEmbedding};
 use crate::{
-    Algorithm, DraftError, DraftModel, Drafter, NgramDrafter, NgramProposer, Speculator,
-    SuffixDrafter, SuffixSettings, WindowError,
+    Algorithm, Algorithms, DraftError, DraftModel, Drafter, NgramDrafter, NgramProposer,
+    Speculator, SuffixDrafter, SuffixSettings, WindowError,
 };
 use model::{Model, ModelConfig};
 
@@ -21,8 +21,8 @@ pub const SUFFIX_DRAFT_TOKENS: usize = 16;
 /// The speculation flags as the user gave them (SGLang's names), before any derivation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpecFlags {
-    /// `--speculative-algorithm`.
-    pub algorithm: Algorithm,
+    /// `--speculative-algorithm` (one, or several combined).
+    pub algorithm: Algorithms,
     /// `--speculative-num-draft-tokens`, if given.
     pub num_draft_tokens: Option<usize>,
     /// `--speculative-num-steps`.
@@ -34,7 +34,7 @@ pub struct SpecFlags {
     pub ngram_max_match_window: usize,
     /// `--speculative-disable-batch-threshold`.
     pub disable_batch_threshold: Option<usize>,
-    /// `--speculative-adaptive`, if given (the default is the algorithm's).
+    /// `--speculative-adaptive`, if given (the default is the adaptive policy).
     pub adaptive: Option<bool>,
     /// Whether `--speculative-draft-model-path` is given.
     pub draft_model_path: bool,
@@ -46,8 +46,9 @@ pub struct SpecFlags {
 /// here has been checked once.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpecConfig {
-    algorithm: Algorithm,
-    num_draft_tokens: usize,
+    algorithm: Algorithms,
+    /// Drafts a sequence verifies per step at most, per algorithm in `algorithm`'s order.
+    num_draft_tokens: [usize; crate::MOST_DRAFTERS],
     topk: usize,
     num_steps: usize,
     ngram_windows: (usize, usize),
@@ -98,7 +99,7 @@ pub enum SpecError {
     )]
     WrongDraft {
         given: &'static str,
-        algorithm: Algorithm,
+        algorithm: Algorithms,
     },
     #[error(transparent)]
     Vocabulary(#[from] DraftError),
@@ -107,62 +108,60 @@ pub enum SpecError {
 impl SpecConfig {
     /// The settings `flags` give, checked; `None` for `--speculative-algorithm NONE`.
     pub fn from_flags(flags: SpecFlags) -> Result<Option<Self>, SpecError> {
-        let (algorithm, steps, topk) = (flags.algorithm, flags.num_steps, flags.eagle_topk);
-        if algorithm == Algorithm::None {
+        let algorithms = flags.algorithm;
+        if !algorithms.speculates() {
             return Ok(None);
         }
-        if topk == 0 {
+        if flags.eagle_topk == 0 {
             return Err(SpecError::NoTopk);
         }
-        if steps == 0 {
+        if flags.num_steps == 0 {
             return Err(SpecError::NoSteps);
         }
-        let asked = flags.num_draft_tokens;
-        if asked == Some(0) {
+        if flags.num_draft_tokens == Some(0) {
             return Err(SpecError::NoDraftTokens);
         }
-        let num_draft_tokens = match algorithm {
-            Algorithm::None => unreachable!("returned above"),
-            // A chain of num_steps drafts, capped by num_draft_tokens if given; a tree's
-            // num_steps levels of topk, of which num_draft_tokens are verified.
-            Algorithm::Standalone if topk == 1 => asked.map_or(steps, |n| n.min(steps)),
-            Algorithm::Standalone => asked.unwrap_or(steps * topk),
-            Algorithm::Ngram => asked.unwrap_or(NGRAM_DRAFT_TOKENS),
-            Algorithm::Suffix => asked.unwrap_or(SUFFIX_DRAFT_TOKENS),
-            // SGLang's meaning: the verified tokens, the root included; a chain is num_steps
-            // drafts whatever is asked (SGLang sets the count to num_steps + 1).
-            Algorithm::Eagle3 if topk == 1 => steps,
-            Algorithm::Eagle3 => match asked {
-                Some(n) if n < 2 => return Err(SpecError::NoEagle3DraftTokens),
-                Some(n) => n - 1,
-                None => steps * topk,
-            },
-        };
+        let mut num_draft_tokens = [0; crate::MOST_DRAFTERS];
+        for (n, a) in num_draft_tokens.iter_mut().zip(algorithms.iter()) {
+            *n = draft_tokens(a, &flags)?;
+        }
         let windows = (flags.ngram_min_match_window, flags.ngram_max_match_window);
         NgramProposer::new(windows.0, windows.1)?;
-        if algorithm == Algorithm::Standalone && !flags.draft_model_path {
+        if algorithms.needs_draft_model() && !flags.draft_model_path {
             return Err(SpecError::NoDraftModel);
         }
         check_suffix(&flags.suffix)?;
         Ok(Some(Self {
-            algorithm,
+            algorithm: algorithms,
             num_draft_tokens,
-            topk,
-            num_steps: steps,
+            topk: flags.eagle_topk,
+            num_steps: flags.num_steps,
             ngram_windows: windows,
             disable_batch_threshold: flags.disable_batch_threshold,
-            adaptive: flags.adaptive.unwrap_or(algorithm.adaptive_by_default()),
+            // Adaptive unless told otherwise: the fixed policy drafts at a loss wherever the
+            // batch is large or the drafts poor (NGRAM's fixed drafts ×0.57 of plain at C=5).
+            adaptive: flags.adaptive.unwrap_or(true),
             suffix: flags.suffix,
         }))
     }
 
-    pub fn algorithm(&self) -> Algorithm {
+    pub fn algorithm(&self) -> Algorithms {
         self.algorithm
     }
 
-    /// Drafts a sequence verifies per step at most.
+    /// Drafts a sequence verifies per step at most (the most of any of its drafters).
     pub fn num_draft_tokens(&self) -> usize {
-        self.num_draft_tokens
+        self.num_draft_tokens.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Drafts a sequence verifies per step at most when `algorithm` (one of the combination)
+    /// drafts for it.
+    pub fn num_draft_tokens_of(&self, algorithm: Algorithm) -> usize {
+        self.algorithm
+            .iter()
+            .zip(self.num_draft_tokens)
+            .find_map(|(a, n)| (a == algorithm).then_some(n))
+            .unwrap_or(0)
     }
 
     /// Candidates per draft-tree node (1 = chains).
@@ -180,10 +179,10 @@ impl SpecConfig {
         self.suffix
     }
 
-    /// The longest match a drafter that matches measures (acceptance is learned per match
+    /// The longest match `algorithm` measures, if it matches (acceptance is learned per match
     /// length up to it).
-    pub fn longest_match(&self) -> usize {
-        match self.algorithm {
+    pub fn longest_match(&self, algorithm: Algorithm) -> usize {
+        match algorithm {
             Algorithm::Suffix => self.suffix.max_tree_depth,
             _ => self.ngram_windows.1,
         }
@@ -209,29 +208,30 @@ impl SpecConfig {
         self.algorithm.needs_draft()
     }
 
-    /// Checks that `draft` is what the algorithm drafts with, and fits `target`: before the
+    /// Checks that `draft` is what the algorithms draft with, and fits `target`: before the
     /// engine thread starts, so a mismatch is a start-up error.
     pub fn check_draft(&self, target: &Model, draft: Option<&Draft>) -> Result<(), SpecError> {
-        match (self.algorithm, draft) {
-            (Algorithm::Standalone, Some(Draft::Model(d))) => {
+        let a = self.algorithm;
+        match draft {
+            Some(Draft::Model(d)) if a.contains(Algorithm::Standalone) => {
                 crate::check_vocabulary(&d.file, &target.file)?;
                 Ok(())
             }
-            (Algorithm::Eagle3, Some(Draft::Eagle3(_)))
-            | (Algorithm::Ngram | Algorithm::Suffix, None) => Ok(()),
-            (Algorithm::Standalone, None) => Err(SpecError::NoDraftModel),
-            (Algorithm::Eagle3, None) => Err(SpecError::NoHead),
-            (algorithm, Some(d)) => Err(SpecError::WrongDraft {
+            Some(Draft::Eagle3(_)) if a.contains(Algorithm::Eagle3) => Ok(()),
+            None if a.contains(Algorithm::Standalone) => Err(SpecError::NoDraftModel),
+            None if a.contains(Algorithm::Eagle3) => Err(SpecError::NoHead),
+            None => Ok(()),
+            Some(d) => Err(SpecError::WrongDraft {
                 given: d.what(),
-                algorithm,
+                algorithm: a,
             }),
-            (Algorithm::None, None) => unreachable!("from_flags makes no config for NONE"),
         }
     }
 
     /// The speculator for `target`, drafting with `draft` (as [`SpecConfig::check_draft`]
-    /// accepted) over a KV pool of `blocks` blocks of `block_size` tokens. Built on the engine
-    /// thread: a draft model's KV pool stays on the thread that made it.
+    /// accepted) beside the drafters that need nothing loaded, over a KV pool of `blocks`
+    /// blocks of `block_size` tokens. Built on the engine thread: a draft model's KV pool
+    /// stays on the thread that made it.
     pub fn build(
         &self,
         target: &Model,
@@ -240,31 +240,61 @@ impl SpecConfig {
         blocks: usize,
     ) -> Result<Speculator, SpecError> {
         self.check_draft(target, draft.as_ref())?;
-        let drafter: Box<dyn Drafter> = match draft {
-            Some(Draft::Model(d)) => Box::new(DraftModel::new(*d, block_size, blocks)),
-            Some(Draft::Eagle3(head)) => {
-                let e = target.weights.embeddings.matrix(&target.file);
-                let embedding = TokenEmbedding {
-                    dtype: e.dtype,
-                    width: e.cols,
-                    data: e.data.to_vec(),
-                };
-                Box::new(Eagle3Drafter::new(*head, embedding, block_size, blocks))
-            }
-            None if self.algorithm == Algorithm::Suffix => {
-                Box::new(SuffixDrafter::new(self.suffix))
-            }
-            None => {
-                let (min, max) = self.ngram_windows;
-                Box::new(NgramDrafter(NgramProposer::new(min, max)?))
-            }
-        };
-        Ok(Speculator::new(
+        let mut draft = draft;
+        let mut entries = Vec::new();
+        for algorithm in self.algorithm.iter() {
+            let drafter: Box<dyn Drafter> = match algorithm {
+                Algorithm::Standalone | Algorithm::Eagle3 => {
+                    match draft.take().expect("check_draft: the draft is there") {
+                        Draft::Model(d) => Box::new(DraftModel::new(*d, block_size, blocks)),
+                        Draft::Eagle3(head) => {
+                            let e = target.weights.embeddings.matrix(&target.file);
+                            let embedding = TokenEmbedding {
+                                dtype: e.dtype,
+                                width: e.cols,
+                                data: e.data.to_vec(),
+                            };
+                            Box::new(Eagle3Drafter::new(*head, embedding, block_size, blocks))
+                        }
+                    }
+                }
+                Algorithm::Suffix => Box::new(SuffixDrafter::new(self.suffix)),
+                Algorithm::Ngram => {
+                    let (min, max) = self.ngram_windows;
+                    Box::new(NgramDrafter(NgramProposer::new(min, max)?))
+                }
+                Algorithm::None => unreachable!("from_flags makes no config with NONE"),
+            };
+            entries.push((algorithm, drafter));
+        }
+        Ok(Speculator::with_drafters(
             self,
             logits_weight(&target.config),
-            drafter,
+            entries,
         ))
     }
+}
+
+/// The most drafts `algorithm` verifies per sequence and step under `flags`.
+fn draft_tokens(algorithm: Algorithm, flags: &SpecFlags) -> Result<usize, SpecError> {
+    let (steps, topk, asked) = (flags.num_steps, flags.eagle_topk, flags.num_draft_tokens);
+    Ok(match algorithm {
+        Algorithm::None => 0,
+        // A chain of num_steps drafts, capped by num_draft_tokens if given; a tree's
+        // num_steps levels of topk, of which num_draft_tokens are verified.
+        Algorithm::Standalone if topk == 1 => asked.map_or(steps, |n| n.min(steps)),
+        Algorithm::Standalone => asked.unwrap_or(steps * topk),
+        Algorithm::Ngram => asked.unwrap_or(NGRAM_DRAFT_TOKENS),
+        Algorithm::Suffix => asked.unwrap_or(SUFFIX_DRAFT_TOKENS),
+        // SGLang's meaning: the verified tokens, the root included; a chain is num_steps
+        // drafts whatever is asked (SGLang sets the count to num_steps + 1).
+        Algorithm::Eagle3 if topk == 1 => steps,
+        Algorithm::Eagle3 => match asked {
+            Some(n) if n < 2 => return Err(SpecError::NoEagle3DraftTokens),
+            Some(n) => n - 1,
+            None => steps * topk,
+        },
+    })
 }
 
 /// Suffix decoding's settings that cannot work.
@@ -301,7 +331,7 @@ mod tests {
 
     fn flags(algorithm: Algorithm) -> SpecFlags {
         SpecFlags {
-            algorithm,
+            algorithm: algorithm.into(),
             num_draft_tokens: None,
             num_steps: 4,
             eagle_topk: 1,
@@ -346,6 +376,47 @@ mod tests {
         assert_eq!(asked(Algorithm::Eagle3, Some(9), 1), 4);
         assert_eq!(asked(Algorithm::Eagle3, Some(6), 4), 5);
         assert_eq!(asked(Algorithm::Eagle3, None, 4), 16);
+    }
+
+    #[test]
+    fn every_algorithm_is_adaptive_unless_told_and_combined_ones_keep_their_counts() {
+        for a in [
+            Algorithm::Ngram,
+            Algorithm::Standalone,
+            Algorithm::Eagle3,
+            Algorithm::Suffix,
+        ] {
+            let c = SpecConfig::from_flags(flags(a)).unwrap().unwrap();
+            assert!(c.adaptive(), "{a}");
+            let fixed = SpecFlags {
+                adaptive: Some(false),
+                ..flags(a)
+            };
+            assert!(!SpecConfig::from_flags(fixed).unwrap().unwrap().adaptive());
+        }
+        let combined = SpecFlags {
+            algorithm: "EAGLE3,SUFFIX".parse().unwrap(),
+            ..flags(Algorithm::None)
+        };
+        let c = SpecConfig::from_flags(combined).unwrap().unwrap();
+        assert_eq!(c.num_draft_tokens_of(Algorithm::Eagle3), 4);
+        assert_eq!(
+            c.num_draft_tokens_of(Algorithm::Suffix),
+            SUFFIX_DRAFT_TOKENS
+        );
+        assert_eq!(c.num_draft_tokens(), SUFFIX_DRAFT_TOKENS);
+        assert_eq!(
+            c.longest_match(Algorithm::Suffix),
+            c.suffix().max_tree_depth
+        );
+        assert!(c.needs_draft());
+        let standalone = SpecFlags {
+            algorithm: "SUFFIX,STANDALONE".parse().unwrap(),
+            draft_model_path: false,
+            ..flags(Algorithm::None)
+        };
+        let e = SpecConfig::from_flags(standalone).unwrap_err().to_string();
+        assert!(e.contains("--speculative-draft-model-path"), "{e}");
     }
 
     #[test]

@@ -61,6 +61,13 @@ pub trait Drafter {
     fn accepted(&mut self, _key: u64, _path: &[usize], _tokens: &[u32]) -> Result<(), ModelError> {
         Ok(())
     }
+    /// After verification of drafts another drafter of a combination proposed: the sequence
+    /// `key` kept their nodes `path`, whose tokens are `tokens`. A drafter that reads the
+    /// target's streams keeps the kept rows as for its own drafts; one with a KV of its own
+    /// catches up from what it last knew when it next drafts.
+    fn observed(&mut self, _key: u64, _path: &[usize], _tokens: &[u32]) -> Result<(), ModelError> {
+        Ok(())
+    }
     /// The target layers whose entering residual streams the drafter reads, if it reads any
     /// (then [`Drafter::features`] gets them for every row of the sequences that speculate).
     fn capture_layers(&self) -> Option<[usize; 3]> {

@@ -2,12 +2,20 @@
 //! [`scheduler::DraftPlanner`], how many draft slots each decoding sequence takes and then for
 //! the drafts; after the forward pass [`Speculator::verify`] turns a sequence's rows of logits
 //! into accepted tokens. In between it keeps what the policy needs: each sequence's acceptance,
-//! acceptance by n-gram match length, and the step cost model with the drafter's own cost.
+//! acceptance by n-gram match length, and the step cost model with each drafter's own cost.
+//!
+//! Several drafters combine (`--speculative-algorithm EAGLE3,SUFFIX`): each step, each
+//! sequence asks every drafter and takes the one whose drafts raise the step's tokens a second
+//! the most under the cost model ([`adaptive::best_rate`]: its acceptance for that sequence or
+//! match length, its own seconds a draft and catching up), so a repeating text takes suffix
+//! drafts, fresh text the head's, and neither when neither pays. The drafters that did not
+//! draft still see what was verified ([`Drafter::observed`]), so a head stays caught up.
 
 use crate::adaptive::{self, Demand};
 use crate::verify::{self, Verdict};
 use crate::{
-    Acceptance, Budget, CostModel, DraftRequest, DraftSampling, DraftTree, Drafter, Guess,
+    Acceptance, Algorithm, Budget, CostModel, DraftRequest, DraftSampling, DraftTree, Drafter,
+    Guess,
 };
 use crate::{MatchAcceptance, SpecConfig};
 use model::sampler::Sampler;
@@ -19,7 +27,8 @@ use std::time::Instant;
 #[derive(Debug, Clone)]
 struct SeqState {
     max_tokens: usize,
-    acceptance: Acceptance,
+    /// Its acceptance of each drafter's drafts (in the drafters' order).
+    acceptance: Vec<Acceptance>,
     /// How its chain drafts are drawn when it samples.
     sampling: Option<DraftSampling>,
 }
@@ -28,6 +37,8 @@ struct SeqState {
 #[derive(Debug)]
 struct Candidate {
     id: SeqId,
+    /// The drafter that drafts for it (an index into the drafters).
+    drafter: usize,
     /// Drafts it may take (prompt lookup: the drafts themselves, guessed up front).
     max: usize,
     drafts: DraftTree,
@@ -47,36 +58,97 @@ pub struct DrafterSpent {
     pub draft_seconds: f64,
 }
 
-/// Speculation's state: the policy, the drafter, acceptance statistics and the cost model.
+impl std::ops::AddAssign for DrafterSpent {
+    fn add_assign(&mut self, o: Self) {
+        self.catch_up_rows += o.catch_up_rows;
+        self.catch_up_seconds += o.catch_up_seconds;
+        self.draft_seconds += o.draft_seconds;
+    }
+}
+
+/// What one drafter's drafts did since start-up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrafterCounts {
+    /// Verifications of its drafts (a sequence's step it drafted for), the draft tokens
+    /// verified, and those accepted.
+    pub chosen: u64,
+    pub proposed: u64,
+    pub accepted: u64,
+}
+
+/// One drafter's figures (`/metrics`, `/server_info`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DrafterReport {
+    pub algorithm: Algorithm,
+    pub counts: DrafterCounts,
+    pub spent: DrafterSpent,
+}
+
+/// One drafter with what the policy has learnt of it.
+struct Entry {
+    algorithm: Algorithm,
+    drafter: Box<dyn Drafter>,
+    /// Most drafts it proposes for a sequence in a step.
+    num_draft_tokens: usize,
+    /// Seconds it spends per draft token (a running average; zero for prompt lookup).
+    draft_seconds: f64,
+    /// Seconds it spends per row it catches up on (a running average; see
+    /// [`Drafter::catch_up`]).
+    catch_up_seconds: f64,
+    spent: DrafterSpent,
+    /// Acceptance by the length of the match its drafts continue (prompt lookup, suffixes).
+    by_match: MatchAcceptance,
+    counts: DrafterCounts,
+}
+
+/// Which drafter drafted for a sequence this step, and the match length its drafts continue.
+#[derive(Debug, Clone, Copy)]
+struct Chosen {
+    drafter: usize,
+    matched: Option<usize>,
+}
+
+/// What a step is priced at before drafts (see [`adaptive`]): each decoding sequence's weight,
+/// the weighted tokens it emits, and its work.
+struct StepPrice {
+    weights: HashMap<SeqId, f64>,
+    tokens: f64,
+    work: f64,
+}
+
+/// Speculation's state: the policy, the drafters, acceptance statistics and the cost model.
 pub struct Speculator {
     budget: Budget,
-    drafter: Box<dyn Drafter>,
+    drafters: Vec<Entry>,
     topk: usize,
     num_steps: usize,
     cost: CostModel,
     /// Work of a row that needs logits, relative to one that does not (1 + κ).
     logit_work: f64,
-    /// Seconds the drafter spends per draft token (a running average; zero for prompt lookup).
-    draft_seconds: f64,
-    /// Seconds the drafter spends per row it catches up on (a running average; see
-    /// [`Drafter::catch_up`]).
-    catch_up_seconds: f64,
-    /// What the drafter has spent since start-up.
-    spent: DrafterSpent,
-    by_match: MatchAcceptance,
     seqs: HashMap<SeqId, SeqState>,
-    /// This step's decoding sequences, the candidates granted slots may come from, and the
-    /// match length of each sequence's prompt-lookup drafts.
+    /// This step's decoding sequences, the candidates granted slots may come from, and who
+    /// drafted for each sequence that speculates.
     decoding: Vec<SeqId>,
     candidates: Vec<Candidate>,
-    matched: HashMap<SeqId, usize>,
+    chosen: HashMap<SeqId, Chosen>,
 }
 
 impl Speculator {
     /// The component for `config`, pricing a row's logits at `kappa` (κ: the output head's
     /// work per row relative to all layers', see [`adaptive`]; [`crate::config::logits_weight`]),
-    /// drafting with `drafter`.
+    /// drafting with `drafter` (the config's first algorithm).
     pub fn new(config: &SpecConfig, kappa: f64, drafter: Box<dyn Drafter>) -> Self {
+        let first = config.algorithm().iter().next().unwrap_or(Algorithm::Ngram);
+        Self::with_drafters(config, kappa, vec![(first, drafter)])
+    }
+
+    /// [`Speculator::new`] with several drafters, each named by its algorithm (one of the
+    /// config's), the first preferred where two are worth the same.
+    pub fn with_drafters(
+        config: &SpecConfig,
+        kappa: f64,
+        drafters: Vec<(Algorithm, Box<dyn Drafter>)>,
+    ) -> Self {
         let num_draft_tokens = config.num_draft_tokens();
         let budget = if config.adaptive() {
             Budget::Adaptive { num_draft_tokens }
@@ -86,21 +158,33 @@ impl Speculator {
                 config.disable_batch_threshold(),
             ))
         };
+        let drafters = drafters
+            .into_iter()
+            .map(|(algorithm, drafter)| Entry {
+                algorithm,
+                drafter,
+                num_draft_tokens: match config.num_draft_tokens_of(algorithm) {
+                    0 => num_draft_tokens,
+                    n => n,
+                },
+                draft_seconds: 0.0,
+                catch_up_seconds: 0.0,
+                spent: DrafterSpent::default(),
+                by_match: MatchAcceptance::new(config.longest_match(algorithm)),
+                counts: DrafterCounts::default(),
+            })
+            .collect();
         Self {
             budget,
-            drafter,
+            drafters,
             topk: config.topk(),
             num_steps: config.num_steps(),
             cost: CostModel::default(),
             logit_work: 1.0 + kappa,
-            draft_seconds: 0.0,
-            catch_up_seconds: 0.0,
-            spent: DrafterSpent::default(),
-            by_match: MatchAcceptance::new(config.longest_match()),
             seqs: HashMap::new(),
             decoding: Vec::new(),
             candidates: Vec::new(),
-            matched: HashMap::new(),
+            chosen: HashMap::new(),
         }
     }
 
@@ -111,31 +195,55 @@ impl Speculator {
             id,
             SeqState {
                 max_tokens,
-                acceptance: Acceptance::default(),
+                acceptance: vec![Acceptance::default(); self.drafters.len()],
                 sampling,
             },
         );
     }
 
-    /// What the drafter remembers of earlier requests.
+    /// What the drafters remember of earlier requests.
     pub fn memory(&self) -> crate::DrafterMemory {
-        self.drafter.memory()
+        let mut m = crate::DrafterMemory::default();
+        for e in &self.drafters {
+            let d = e.drafter.memory();
+            m.requests += d.requests;
+            m.tokens += d.tokens;
+            m.bytes += d.bytes;
+        }
+        m
     }
 
-    /// Writes what the drafter remembers (see [`Drafter::save`]).
+    /// The drafter that remembers earlier requests, if one does (`SUFFIX`).
+    fn remembering(&self) -> Option<&Entry> {
+        self.drafters
+            .iter()
+            .find(|e| e.algorithm == Algorithm::Suffix)
+    }
+
+    /// Writes what the drafter that remembers holds (see [`Drafter::save`]).
     pub fn save(&self, out: &mut dyn std::io::Write) -> std::io::Result<bool> {
-        self.drafter.save(out)
+        self.remembering()
+            .map_or(Ok(false), |e| e.drafter.save(out))
     }
 
     /// Restores what [`Speculator::save`] wrote (see [`Drafter::restore`]).
     pub fn restore(&mut self, input: &mut dyn std::io::Read, vocab: usize) -> std::io::Result<()> {
-        self.drafter.restore(input, vocab)
+        match self
+            .drafters
+            .iter_mut()
+            .find(|e| e.algorithm == Algorithm::Suffix)
+        {
+            Some(e) => e.drafter.restore(input, vocab),
+            None => Ok(()),
+        }
     }
 
     /// The request ended with `tokens` (its prompt and output; `None` when they are gone).
     pub fn finish(&mut self, id: SeqId, tokens: Option<&[u32]>) {
         if let Some(tokens) = tokens {
-            self.drafter.finished(tokens);
+            for e in &mut self.drafters {
+                e.drafter.finished(tokens);
+            }
         }
         self.remove(id);
     }
@@ -143,31 +251,39 @@ impl Speculator {
     /// The request ended.
     pub fn remove(&mut self, id: SeqId) {
         self.seqs.remove(&id);
-        self.drafter.forget(id.0);
+        self.lost_kv(id);
     }
 
     /// The sequence lost its KV (preempted, or sent back to be recomputed); it keeps its
     /// acceptance statistics.
     pub fn lost_kv(&mut self, id: SeqId) {
-        self.drafter.forget(id.0);
+        for e in &mut self.drafters {
+            e.drafter.forget(id.0);
+        }
     }
 
-    /// The target layers whose residual streams the drafter reads (see
-    /// [`Drafter::capture_layers`]).
+    /// The target layers whose residual streams a drafter reads (see
+    /// [`Drafter::capture_layers`]; one drafter at most reads them).
     pub fn capture_layers(&self) -> Option<[usize; 3]> {
-        self.drafter.capture_layers()
+        self.drafters
+            .iter()
+            .find_map(|e| e.drafter.capture_layers())
     }
 
-    /// Whether the forward pass captures sequence `id`'s streams: it may speculate and the
+    /// Whether the forward pass captures sequence `id`'s streams: it may speculate and a
     /// drafter reads them.
     pub fn captures(&self, id: SeqId) -> bool {
-        self.seqs.contains_key(&id) && self.drafter.capture_layers().is_some()
+        self.seqs.contains_key(&id) && self.capture_layers().is_some()
     }
 
-    /// Hands sequence `id`'s captured streams from position `start` on to the drafter
-    /// (`verified`: the rows of the draft tree about to be verified).
+    /// Hands sequence `id`'s captured streams from position `start` on to the drafter that
+    /// reads them (`verified`: the rows of the draft tree about to be verified).
     pub fn features(&mut self, id: SeqId, start: usize, rows: &[f32], verified: bool) {
-        self.drafter.features(id.0, start, rows, verified);
+        for e in &mut self.drafters {
+            if e.drafter.capture_layers().is_some() {
+                e.drafter.features(id.0, start, rows, verified);
+            }
+        }
     }
 
     pub fn is_adaptive(&self) -> bool {
@@ -190,20 +306,42 @@ impl Speculator {
         self.cost.anchor();
     }
 
-    /// Seconds proposing one draft token takes (a moving average of the drafters' calls; 0
-    /// before any).
+    /// Seconds proposing one draft token takes (a moving average of the dearest drafter's
+    /// calls; 0 before any).
     pub fn draft_seconds(&self) -> f64 {
-        self.draft_seconds
+        self.drafters
+            .iter()
+            .map(|e| e.draft_seconds)
+            .fold(0.0, f64::max)
     }
 
-    /// Seconds the drafter takes per row it catches up on (a moving average; 0 before any).
+    /// Seconds a drafter takes per row it catches up on (a moving average; 0 before any).
     pub fn catch_up_seconds(&self) -> f64 {
-        self.catch_up_seconds
+        self.drafters
+            .iter()
+            .map(|e| e.catch_up_seconds)
+            .fold(0.0, f64::max)
     }
 
-    /// What the drafter has spent since start-up, catching up and drafting.
+    /// What the drafters have spent since start-up, catching up and drafting.
     pub fn spent(&self) -> DrafterSpent {
-        self.spent
+        let mut all = DrafterSpent::default();
+        for e in &self.drafters {
+            all += e.spent;
+        }
+        all
+    }
+
+    /// Each drafter's figures, in the order given.
+    pub fn drafters(&self) -> Vec<DrafterReport> {
+        self.drafters
+            .iter()
+            .map(|e| DrafterReport {
+                algorithm: e.algorithm,
+                counts: e.counts,
+                spent: e.spent,
+            })
+            .collect()
     }
 
     /// `(a, b)` of the step cost `a + b·work`.
@@ -222,7 +360,7 @@ impl Speculator {
     }
 
     /// Verifies sequence `id`'s drafts on its rows of logits (`row(n)`: after draft node `n`),
-    /// with its sampler; records how many were accepted.
+    /// with its sampler; records how many were accepted, for the drafter that drafted them.
     pub fn verify<'a>(
         &mut self,
         id: SeqId,
@@ -233,16 +371,31 @@ impl Speculator {
     ) -> Verdict {
         let verdict = verify::walk(tree, row, sampler, logprobs);
         let accepted = verdict.path.len();
+        let chosen = self.chosen.get(&id).copied().unwrap_or(Chosen {
+            drafter: 0,
+            matched: None,
+        });
         if let Some(s) = self.seqs.get_mut(&id) {
-            s.acceptance.record(tree.len(), accepted);
+            s.acceptance[chosen.drafter].record(tree.len(), accepted);
         }
-        if let Some(&n) = self.matched.get(&id) {
-            self.by_match.record(n, tree.len(), accepted);
+        let entry = &mut self.drafters[chosen.drafter];
+        if let Some(n) = chosen.matched {
+            entry.by_match.record(n, tree.len(), accepted);
         }
+        entry.counts.chosen += 1;
+        entry.counts.proposed += tree.len() as u64;
+        entry.counts.accepted += accepted as u64;
         let tokens: Vec<u32> = verdict.path.iter().map(|&n| tree.token(n)).collect();
-        if let Err(e) = self.drafter.accepted(id.0, &verdict.path, &tokens) {
-            tracing::error!("the draft model failed: {e}");
-            self.drafter.forget(id.0);
+        for (i, e) in self.drafters.iter_mut().enumerate() {
+            let told = if i == chosen.drafter {
+                e.drafter.accepted(id.0, &verdict.path, &tokens)
+            } else {
+                e.drafter.observed(id.0, &verdict.path, &tokens)
+            };
+            if let Err(err) = told {
+                tracing::error!("the draft model failed: {err}");
+                e.drafter.forget(id.0);
+            }
         }
         verdict
     }
@@ -256,73 +409,27 @@ impl Speculator {
         }
     }
 
-    /// This step's candidates: each decoding sequence with room under its `max_tokens` and a
-    /// guess (or a drafter that drafts after the slots), with its acceptance estimate.
-    fn candidates(&mut self, decoding: &[&Sequence], ceiling: usize) -> Vec<Candidate> {
-        let mut out = Vec::new();
-        for seq in decoding {
-            let Some(state) = self.seqs.get(&seq.id) else {
-                continue;
-            };
-            // Never past max_tokens: the bonus token comes on top of the drafts.
-            let room = state.max_tokens.saturating_sub(seq.generated().len() + 1);
-            let max = ceiling.min(room);
-            if max == 0 {
-                continue;
-            }
-            let (drafts, alpha, later) = match self.drafter.guess(seq.tokens(), max, self.topk) {
-                Guess::Drafts { tree, matched } => {
-                    self.matched.insert(seq.id, matched);
-                    (tree, self.by_match.alpha(matched), false)
-                }
-                Guess::Nothing => continue,
-                Guess::AfterSlots => (DraftTree::default(), state.acceptance.alpha(), true),
-            };
-            out.push(Candidate {
-                id: seq.id,
-                max: if later { max } else { drafts.len() },
-                drafts,
-                alpha,
-                later,
-            });
-        }
-        out
+    /// Tokens sequence `seq` may still emit under its `max_tokens`.
+    fn remaining(&self, seq: &Sequence) -> usize {
+        self.seqs
+            .get(&seq.id)
+            .map_or(0, |s| s.max_tokens.saturating_sub(seq.generated().len()))
     }
 
-    /// Adaptive: each candidate's drafts from the cost model (see [`adaptive::allocate`]).
-    fn allocate(&self, plan: &StepPlan, decoding: &[&Sequence], load: Load, c: &mut [Candidate]) {
-        let remaining = |seq: &Sequence| {
-            self.seqs
-                .get(&seq.id)
-                .map_or(0, |s| s.max_tokens.saturating_sub(seq.generated().len()))
-        };
+    /// The step's price before drafts (see [`Speculator::allocate`] for why it is so).
+    fn price(&self, plan: &StepPlan, decoding: &[&Sequence], load: Load) -> StepPrice {
         // Tokens weigh by how far their sequence is from done unless requests wait (see
         // `adaptive`).
         let weights: HashMap<SeqId, f64> = if load.waiting > 0 {
             decoding.iter().map(|s| (s.id, 1.0)).collect()
         } else {
-            let left: Vec<usize> = decoding.iter().map(|s| remaining(s)).collect();
+            let left: Vec<usize> = decoding.iter().map(|s| self.remaining(s)).collect();
             decoding
                 .iter()
                 .map(|s| s.id)
                 .zip(adaptive::urgency(&left))
                 .collect()
         };
-        let seqs: HashMap<SeqId, &Sequence> = decoding.iter().map(|s| (s.id, *s)).collect();
-        let demands: Vec<Demand> = c
-            .iter()
-            .map(|c| {
-                let seq = seqs[&c.id];
-                let backlog = self.drafter.backlog(c.id.0, seq.tokens().len());
-                let steps_left = remaining(seq) as f64 / (1.0 + c.alpha);
-                Demand {
-                    alpha: c.alpha,
-                    max: c.max,
-                    weight: weights[&c.id],
-                    once: self.catch_up_seconds * adaptive::catch_up_rows(backlog, steps_left),
-                }
-            })
-            .collect();
         // Time is priced at what this batch earns once every sequence in it decodes: the
         // entries not offered here (prompt chunks, mostly) count as decoding rows of weight 1
         // (a prompt has spent nothing of its budget). A step carrying prompt chunks takes far
@@ -334,13 +441,128 @@ impl Speculator {
             .iter()
             .filter(|b| !weights.contains_key(&b.id))
             .count();
-        let tokens: f64 = decoding.iter().map(|s| weights[&s.id]).sum::<f64>() + prefilling as f64;
+        let tokens = decoding.iter().map(|s| weights[&s.id]).sum::<f64>() + prefilling as f64;
+        StepPrice {
+            weights,
+            tokens,
+            work: plan.batch.len() as f64 * self.logit_work,
+        }
+    }
+
+    /// What candidate `c` of sequence `seq` asks of the policy.
+    fn demand(&self, c: &Candidate, seq: &Sequence, weight: f64) -> Demand {
+        let e = &self.drafters[c.drafter];
+        let backlog = e.drafter.backlog(c.id.0, seq.tokens().len());
+        let steps_left = self.remaining(seq) as f64 / (1.0 + c.alpha);
+        Demand {
+            alpha: c.alpha,
+            max: c.max,
+            weight,
+            once: e.catch_up_seconds * adaptive::catch_up_rows(backlog, steps_left),
+            draft_seconds: e.draft_seconds,
+        }
+    }
+
+    /// Drafter `i`'s offer for `seq`, at most `max` drafts: `None` when it has nothing.
+    fn offer(
+        &mut self,
+        i: usize,
+        seq: &Sequence,
+        max: usize,
+    ) -> Option<(Candidate, Option<usize>)> {
+        let (topk, acceptance) = (self.topk, self.seqs.get(&seq.id)?.acceptance[i].alpha());
+        let e = &mut self.drafters[i];
+        let max = max.min(e.num_draft_tokens);
+        if max == 0 {
+            return None;
+        }
+        let (drafts, alpha, later, matched) = match e.drafter.guess(seq.tokens(), max, topk) {
+            Guess::Drafts { tree, matched } => {
+                let alpha = e.by_match.alpha(matched);
+                (tree, alpha, false, Some(matched))
+            }
+            Guess::Nothing => return None,
+            Guess::AfterSlots => (DraftTree::default(), acceptance, true, None),
+        };
+        let c = Candidate {
+            id: seq.id,
+            drafter: i,
+            max: if later { max } else { drafts.len() },
+            drafts,
+            alpha,
+            later,
+        };
+        Some((c, matched))
+    }
+
+    /// This step's candidates: each decoding sequence with room under its `max_tokens` and a
+    /// drafter with something to offer, with its acceptance estimate. Where several drafters
+    /// offer, the one whose drafts would raise the step's rate most is taken.
+    fn candidates(
+        &mut self,
+        plan: &StepPlan,
+        decoding: &[&Sequence],
+        load: Load,
+        ceiling: usize,
+    ) -> Vec<Candidate> {
+        let price = (self.drafters.len() > 1).then(|| self.price(plan, decoding, load));
+        let mut out = Vec::new();
+        for seq in decoding {
+            let Some(max_tokens) = self.seqs.get(&seq.id).map(|s| s.max_tokens) else {
+                continue;
+            };
+            // Never past max_tokens: the bonus token comes on top of the drafts.
+            let room = max_tokens.saturating_sub(seq.generated().len() + 1);
+            let max = ceiling.min(room);
+            if max == 0 {
+                continue;
+            }
+            let mut best: Option<(f64, Candidate, Option<usize>)> = None;
+            for i in 0..self.drafters.len() {
+                let Some((c, matched)) = self.offer(i, seq, max) else {
+                    continue;
+                };
+                let rate = price.as_ref().map_or(0.0, |p| {
+                    let (_, b) = self.cost.coefficients();
+                    let d = self.demand(&c, seq, 1.0);
+                    adaptive::best_rate(
+                        p.tokens,
+                        self.cost.predict(p.work),
+                        b * self.logit_work,
+                        &d,
+                    )
+                });
+                if best.as_ref().is_none_or(|(r, ..)| rate > *r) {
+                    best = Some((rate, c, matched));
+                }
+            }
+            if let Some((_, c, matched)) = best {
+                self.chosen.insert(
+                    seq.id,
+                    Chosen {
+                        drafter: c.drafter,
+                        matched,
+                    },
+                );
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// Adaptive: each candidate's drafts from the cost model (see [`adaptive::allocate`]).
+    fn allocate(&self, plan: &StepPlan, decoding: &[&Sequence], load: Load, c: &mut [Candidate]) {
+        let price = self.price(plan, decoding, load);
+        let seqs: HashMap<SeqId, &Sequence> = decoding.iter().map(|s| (s.id, *s)).collect();
+        let demands: Vec<Demand> = c
+            .iter()
+            .map(|c| self.demand(c, seqs[&c.id], price.weights[&c.id]))
+            .collect();
         let ks = adaptive::allocate(
             &self.cost,
-            plan.batch.len() as f64 * self.logit_work,
+            price.work,
             self.logit_work,
-            self.draft_seconds,
-            tokens,
+            price.tokens,
             &demands,
         );
         for (c, k) in c.iter_mut().zip(ks) {
@@ -349,13 +571,27 @@ impl Speculator {
         }
     }
 
-    /// Drafts the candidates that draft after their slots, in one batched call; a failure
-    /// leaves them without drafts.
+    /// Drafts the candidates that draft after their slots, a batched call per drafter; a
+    /// failure leaves that drafter's candidates without drafts.
     fn draft_later(&mut self, granted: &[Granted<'_>], picked: &mut [Candidate]) {
-        let who: Vec<usize> = (0..picked.len()).filter(|&i| picked[i].later).collect();
-        if who.is_empty() {
-            return;
+        for d in 0..self.drafters.len() {
+            let who: Vec<usize> = (0..picked.len())
+                .filter(|&i| picked[i].later && picked[i].drafter == d)
+                .collect();
+            if !who.is_empty() {
+                self.draft_with(d, &who, granted, picked);
+            }
         }
+    }
+
+    /// Drafter `d`'s drafts for candidates `who` of `picked` (granted `granted`).
+    fn draft_with(
+        &mut self,
+        d: usize,
+        who: &[usize],
+        granted: &[Granted<'_>],
+        picked: &mut [Candidate],
+    ) {
         let requests: Vec<DraftRequest<'_>> = who
             .iter()
             .map(|&i| DraftRequest {
@@ -373,34 +609,35 @@ impl Speculator {
                     .filter(|_| self.topk == 1),
             })
             .collect();
+        let e = &mut self.drafters[d];
         let started = Instant::now();
-        let caught_up = self.drafter.catch_up(&requests);
+        let caught_up = e.drafter.catch_up(&requests);
         let took = started.elapsed().as_secs_f64();
-        self.spent.catch_up_seconds += took;
+        e.spent.catch_up_seconds += took;
         if let Ok(rows) = caught_up
             && rows > 0
         {
-            self.spent.catch_up_rows += rows as u64;
-            moving_average(&mut self.catch_up_seconds, took / rows as f64);
+            e.spent.catch_up_rows += rows as u64;
+            moving_average(&mut e.catch_up_seconds, took / rows as f64);
         }
         let started = Instant::now();
-        let drafted = caught_up.and_then(|_| self.drafter.draft(&requests));
+        let drafted = caught_up.and_then(|_| e.drafter.draft(&requests));
         let took = started.elapsed().as_secs_f64();
-        self.spent.draft_seconds += took;
+        e.spent.draft_seconds += took;
         match drafted {
             Ok(trees) => {
                 let n: usize = trees.iter().map(DraftTree::len).sum();
                 if n > 0 {
-                    moving_average(&mut self.draft_seconds, took / n as f64);
+                    moving_average(&mut e.draft_seconds, took / n as f64);
                 }
                 for (&i, tree) in who.iter().zip(trees) {
                     picked[i].drafts = tree;
                 }
             }
-            Err(e) => {
-                tracing::error!("the draft model failed: {e}");
-                for &i in &who {
-                    self.drafter.forget(picked[i].id.0);
+            Err(err) => {
+                tracing::error!("the draft model failed: {err}");
+                for &i in who {
+                    e.drafter.forget(picked[i].id.0);
                 }
             }
         }
@@ -409,10 +646,10 @@ impl Speculator {
 
 impl DraftPlanner for Speculator {
     fn slots(&mut self, plan: &StepPlan, decoding: &[&Sequence], load: Load) -> Vec<usize> {
-        self.matched.clear();
+        self.chosen.clear();
         self.decoding = decoding.iter().map(|s| s.id).collect();
         let ceiling = self.budget.ceiling(load.running);
-        let mut candidates = self.candidates(decoding, ceiling);
+        let mut candidates = self.candidates(plan, decoding, load, ceiling);
         if self.budget.is_adaptive() {
             self.allocate(plan, decoding, load, &mut candidates);
         }
@@ -422,7 +659,8 @@ impl DraftPlanner for Speculator {
             .map(|s| {
                 candidates.iter().find(|c| c.id == s.id).map_or(0, |c| {
                     if c.later {
-                        self.drafter.slots(self.depth(c.max), self.topk, c.max)
+                        let d = &self.drafters[c.drafter].drafter;
+                        d.slots(self.depth(c.max), self.topk, c.max)
                     } else {
                         c.drafts.len()
                     }
@@ -447,14 +685,20 @@ impl DraftPlanner for Speculator {
             .collect();
         self.draft_later(granted, &mut picked);
         let trees: Vec<DraftTree> = picked.into_iter().map(|c| c.drafts).collect();
-        // Sequences that did not speculate drift back towards trying again.
+        // A sequence's estimates of the drafters that did not draft for it drift back towards
+        // trying again.
         for id in std::mem::take(&mut self.decoding) {
             let drafted = granted
                 .iter()
                 .zip(&trees)
                 .any(|(g, t)| g.seq.id == id && !t.is_empty());
-            if !drafted && let Some(s) = self.seqs.get_mut(&id) {
-                s.acceptance.decay();
+            let by = self.chosen.get(&id).filter(|_| drafted).map(|c| c.drafter);
+            if let Some(s) = self.seqs.get_mut(&id) {
+                for (i, a) in s.acceptance.iter_mut().enumerate() {
+                    if by != Some(i) {
+                        a.decay();
+                    }
+                }
             }
         }
         trees

@@ -209,6 +209,19 @@ fn cached_tokens(e: &StatsSnapshot) -> Samples {
     }
 }
 
+/// One figure of each drafter of the combination (`pick`: from its counts), labelled by it.
+fn by_drafter(e: &StatsSnapshot, pick: fn(&engine::DrafterCounts) -> u64) -> Samples {
+    Samples::Labelled {
+        label: "drafter",
+        values: e
+            .spec_drafters
+            .iter()
+            .flatten()
+            .map(|(a, c)| (a.label(), pick(c).into()))
+            .collect(),
+    }
+}
+
 /// Every metric, in the order `/metrics` lists them (and `/server_info` its fields).
 pub static METRICS: &[Metric] = &[
     Metric::info_only(
@@ -485,6 +498,22 @@ pub static METRICS: &[Metric] = &[
         |s| s.engine.spec_draft_seconds.into(),
     )
     .info(&["speculative", "draft_seconds"]),
+    Metric::counter(
+        "spec_drafter_verifications_total",
+        "Verifications of each drafter's drafts (a sequence's step it drafted for; with drafters \
+         combined, the one chosen).",
+        |s| by_drafter(s.engine, |c| c.chosen),
+    ),
+    Metric::counter(
+        "spec_drafter_proposed_total",
+        "Draft tokens of each drafter verified.",
+        |s| by_drafter(s.engine, |c| c.proposed),
+    ),
+    Metric::counter(
+        "spec_drafter_accepted_total",
+        "Draft tokens of each drafter accepted.",
+        |s| by_drafter(s.engine, |c| c.accepted),
+    ),
     Metric::gauge(
         "spec_cache_requests",
         "Finished requests the SUFFIX drafter keeps to draft from.",

@@ -1,7 +1,7 @@
 //! Every `specula serve` setting, declared once: its flag, its `--config` key (the same name in
 //! kebab-case), its type, its default (shown by `--help`) and its help text.
 
-use super::layers::opt_named;
+use super::layers::{opt_named, opt_parsed};
 use crate::activations::{self, ActModeParser, KvCacheDtype};
 use clap::{Args, ValueEnum};
 use model::ActMode;
@@ -98,10 +98,12 @@ pub struct ServeArgs {
     pub max_request_memory_mb: Option<usize>,
     /// Speculative decoding: NONE, NGRAM (prompt lookup), STANDALONE (a draft model, given by
     /// --speculative-draft-model-path), EAGLE3 (a head: the given one, or the built-in one) or
-    /// SUFFIX (suffix decoding over the sequence's text and recent requests', vLLM's `suffix`).
-    #[arg(long, value_enum, ignore_case = true, default_value = "NONE")]
-    #[serde(with = "opt_named")]
-    pub speculative_algorithm: Option<speculative::Algorithm>,
+    /// SUFFIX (suffix decoding over the sequence's text and recent requests', vLLM's `suffix`);
+    /// drafters combine with commas (`EAGLE3,SUFFIX`: each sequence takes, each step, the
+    /// drafts that pay best).
+    #[arg(long, default_value = "NONE")]
+    #[serde(with = "opt_parsed")]
+    pub speculative_algorithm: Option<speculative::Algorithms>,
     /// The draft model for STANDALONE: a GGUF file with the target's tokenizer, or a model by
     /// name (`specula model list`); the head for EAGLE3: a folder in SGLang's layout or a GGUF
     /// file in llama.cpp's.
@@ -149,7 +151,7 @@ pub struct ServeArgs {
     pub speculative_disable_batch_threshold: Option<usize>,
     /// Drafts per sequence and step chosen from the measured step cost and each request's
     /// acceptance, instead of always the most; `--speculative-adaptive false` for always the
-    /// most [default: true for SUFFIX, false for the others].
+    /// most [default: true].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub speculative_adaptive: Option<bool>,
     /// Turn the radix prefix cache off: every prompt is computed in full.

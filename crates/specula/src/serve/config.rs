@@ -10,7 +10,7 @@ use engine::SchedulePolicy;
 use model::ActMode;
 use serde::{Deserialize, Serialize};
 use server::parsers::{ReasoningFormat, ToolFormat};
-use speculative::Algorithm;
+use speculative::Algorithms;
 use std::path::PathBuf;
 
 /// How big the prefix cache's host tier is.
@@ -66,8 +66,8 @@ pub struct ServeConfig {
     hicache_ratio: f64,
     #[serde(skip_serializing)]
     hicache_size: Option<f64>,
-    #[serde(skip_serializing, with = "named")]
-    speculative_algorithm: Algorithm,
+    #[serde(skip_serializing, with = "super::layers::parsed")]
+    speculative_algorithm: Algorithms,
     /// The draft model of STANDALONE speculation (`None` for the other algorithms).
     #[serde(skip_serializing)]
     pub speculative_draft_model_path: Option<PathBuf>,
@@ -297,6 +297,7 @@ fn reasoning_format<'de, D: serde::Deserializer<'de>>(
 mod tests {
     use super::*;
     use clap::Args;
+    use speculative::Algorithm;
 
     fn command_line(args: &[&str]) -> ServeArgs {
         let command = ServeArgs::augment_args(clap::Command::new("serve"));
@@ -314,7 +315,7 @@ mod tests {
         assert_eq!(cfg.log_level, LogLevel::Info);
         assert_eq!(cfg.schedule_policy, SchedulePolicy::Fcfs);
         assert_eq!(cfg.hicache_ratio, 2.0);
-        assert_eq!(cfg.speculative_algorithm, Algorithm::None);
+        assert_eq!(cfg.speculative_algorithm, Algorithms::NONE);
         assert!(cfg.speculative.is_none() && cfg.hicache.is_none());
         assert!(!cfg.disable_radix_cache && cfg.model_path.is_none());
     }
@@ -322,7 +323,7 @@ mod tests {
     #[test]
     fn suffix_decoding_defaults_to_the_settings_speculative_declares() {
         let a = ServeArgs {
-            speculative_algorithm: Some(Algorithm::Suffix),
+            speculative_algorithm: Some(Algorithm::Suffix.into()),
             ..ServeArgs::default()
         };
         let spec = a.resolve().unwrap().speculative.unwrap();
@@ -331,7 +332,7 @@ mod tests {
             spec.num_draft_tokens(),
             speculative::config::SUFFIX_DRAFT_TOKENS
         );
-        // SUFFIX runs under the adaptive policy unless told otherwise; NGRAM under the fixed one.
+        // Every algorithm runs under the adaptive policy unless told otherwise.
         let adaptive = |args: &[&str]| {
             let spec = command_line(args).resolve().unwrap().speculative.unwrap();
             spec.adaptive()
@@ -348,9 +349,20 @@ mod tests {
         assert!(adaptive(
             &[&ngram[..], &["--speculative-adaptive"]].concat()
         ));
-        assert!(!adaptive(&ngram));
+        assert!(adaptive(&ngram));
+        assert!(!adaptive(
+            &[&ngram[..], &["--speculative-adaptive", "false"]].concat()
+        ));
+        // Drafters combined on the command line, and in a config file's spelling.
+        let both = command_line(&["serve", "--speculative-algorithm", "eagle3,suffix"]);
+        let spec = both.resolve().unwrap().speculative.unwrap();
+        assert_eq!(spec.algorithm().to_string(), "EAGLE3,SUFFIX");
+        let e = ServeArgs::augment_args(clap::Command::new("serve"))
+            .try_get_matches_from(["serve", "--speculative-algorithm", "SUFFIX,SUFFIX"])
+            .unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
         let a = ServeArgs {
-            speculative_algorithm: Some(Algorithm::Suffix),
+            speculative_algorithm: Some(Algorithm::Suffix.into()),
             speculative_suffix_min_token_prob: Some(1.5),
             ..ServeArgs::default()
         };
@@ -387,7 +399,10 @@ mod tests {
         // A switch the command line leaves off does not turn the file's off.
         assert!(cfg.disable_radix_cache);
         let spec = cfg.speculative.unwrap();
-        assert_eq!((spec.algorithm(), spec.topk()), (Algorithm::Ngram, 2));
+        assert_eq!(
+            (spec.algorithm(), spec.topk()),
+            (Algorithm::Ngram.into(), 2)
+        );
         assert_eq!(spec.num_draft_tokens(), speculative::NGRAM_DRAFT_TOKENS);
         let cfg = command_line(&["serve", "--config", path, "--port", "30000"])
             .resolve()
@@ -414,7 +429,7 @@ mod tests {
         let e = zero(|a| a.chunked_prefill_size = Some(0));
         assert!(e.contains("--chunked-prefill-size"), "{e}");
         let e = zero(|a| {
-            a.speculative_algorithm = Some(Algorithm::Ngram);
+            a.speculative_algorithm = Some(Algorithm::Ngram.into());
             a.speculative_ngram_min_match_window = Some(3);
             a.speculative_ngram_max_match_window = Some(2);
         });

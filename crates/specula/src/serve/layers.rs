@@ -112,6 +112,52 @@ pub mod named {
     }
 }
 
+/// Serde for a value by its flag spelling through `Display` and `FromStr` (a list such as
+/// `EAGLE3,SUFFIX`).
+pub mod parsed {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub fn serialize<T: Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr<Err = String>,
+        D: serde::Deserializer<'de>,
+    {
+        let text = <String as serde::Deserialize>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// `parsed` for an optional value.
+pub mod opt_parsed {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub fn serialize<T: Display, S: serde::Serializer>(
+        v: &Option<T>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => super::parsed::serialize(v, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    where
+        T: FromStr<Err = String>,
+        D: serde::Deserializer<'de>,
+    {
+        let text = <Option<String> as serde::Deserialize>::deserialize(d)?;
+        text.map(|t| t.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
 /// `named` for an optional value.
 pub mod opt_named {
     use super::*;

@@ -676,6 +676,11 @@ impl Drafter for Eagle3Drafter {
         Ok(())
     }
 
+    fn observed(&mut self, key: u64, path: &[usize], tokens: &[u32]) -> Result<(), ModelError> {
+        // The verified rows are the target's whoever drafted them: the head keeps them alike.
+        self.accepted(key, path, tokens)
+    }
+
     fn forget(&mut self, key: u64) {
         self.seqs.remove(&key);
     }

@@ -13,10 +13,20 @@ const PROMPT: [u32; 8] = [5, 6, 7, 8, 9, 10, 5, 6];
 
 /// NGRAM settings: chains of up to `num_draft_tokens`, matches of 1–4 tokens.
 fn config(num_draft_tokens: usize, threshold: Option<usize>, adaptive: bool) -> SpecConfig {
+    config_of("NGRAM", num_draft_tokens, threshold, adaptive)
+}
+
+/// [`config`] for the algorithms `algorithms` (one, or combined with commas).
+fn config_of(
+    algorithms: &str,
+    num_draft_tokens: usize,
+    threshold: Option<usize>,
+    adaptive: bool,
+) -> SpecConfig {
     SpecConfig::from_flags(crate::SpecFlags {
-        algorithm: crate::Algorithm::Ngram,
+        algorithm: algorithms.parse().unwrap(),
         num_draft_tokens: Some(num_draft_tokens),
-        num_steps: 1,
+        num_steps: num_draft_tokens,
         eagle_topk: 1,
         ngram_min_match_window: 1,
         ngram_max_match_window: 4,
@@ -207,8 +217,7 @@ fn catching_up_is_priced_apart_from_the_drafts() {
     // The adaptive policy prices every draft by the drafter's seconds per draft token; a
     // sequence's one-off catching up (30 ms here, 10 ms a draft if it were counted in) must
     // not make every later draft look dear.
-    let mut spec = speculator(3, None);
-    spec.drafter = Box::new(SlowToCatchUp);
+    let mut spec = Speculator::new(&config(3, None, false), 0.25, Box::new(SlowToCatchUp));
     let mut s = scheduler();
     prefill(&mut s, &mut spec, &[1], 7, 100);
     let plan = s.plan(Some(&mut spec));
@@ -255,4 +264,97 @@ fn a_prompt_chunk_in_the_step_does_not_make_drafts_cheap() {
     assert_eq!(plan.batch.len(), 2, "the prompt goes in beside the decode");
     assert!(plan.batch[1].len > 100);
     assert_eq!(drafts(&plan), 0);
+}
+
+/// What a drafter was told after verifications: `(what, sequence)`.
+type Told = std::rc::Rc<std::cell::RefCell<Vec<(&'static str, u64)>>>;
+
+/// A drafter that drafts after its slots (chains of the token 1) and notes what it is told.
+struct Recorder(Told);
+
+impl Drafter for Recorder {
+    fn guess(&mut self, _tokens: &[u32], _max: usize, _width: usize) -> Guess {
+        Guess::AfterSlots
+    }
+
+    fn draft(
+        &mut self,
+        requests: &[DraftRequest<'_>],
+    ) -> Result<Vec<DraftTree>, model::ModelError> {
+        Ok(requests
+            .iter()
+            .map(|r| DraftTree::chain(vec![1; r.nodes]))
+            .collect())
+    }
+
+    fn accepted(&mut self, key: u64, _path: &[usize], _t: &[u32]) -> Result<(), model::ModelError> {
+        self.0.borrow_mut().push(("accepted", key));
+        Ok(())
+    }
+
+    fn observed(&mut self, key: u64, _path: &[usize], _t: &[u32]) -> Result<(), model::ModelError> {
+        self.0.borrow_mut().push(("observed", key));
+        Ok(())
+    }
+}
+
+#[test]
+fn combined_drafters_draft_for_each_sequence_whichever_pays_and_count_apart() {
+    // A head-like drafter listed first, prompt lookup second; steps nearly free per row.
+    let told = Told::default();
+    let config = config_of("EAGLE3,NGRAM", 3, None, true);
+    let drafters: Vec<(Algorithm, Box<dyn Drafter>)> = vec![
+        (Algorithm::Eagle3, Box::new(Recorder(told.clone()))),
+        (
+            Algorithm::Ngram,
+            Box::new(NgramDrafter(NgramProposer::new(1, 4).unwrap())),
+        ),
+    ];
+    let mut spec = Speculator::with_drafters(&config, 0.25, drafters);
+    for rows in 1..=20 {
+        spec.observe_cost(rows as f64, 0.010 + 0.000_01 * rows as f64);
+    }
+    let mut s = scheduler();
+    // Sequence 1 repeats itself (a 3-token match once it has sampled 7, α 0.6 to start);
+    // sequence 2 does not, so prompt lookup has nothing for it and the head (α ⅓ to start)
+    // drafts.
+    s.add(SeqId(1), PROMPT.to_vec());
+    s.add(SeqId(2), vec![20, 21, 22, 23]);
+    spec.add(SeqId(1), 100, None);
+    spec.add(SeqId(2), 100, None);
+    let plan = s.plan(Some(&mut spec));
+    assert!(plan.drafts.is_empty(), "a prefill has nothing to verify");
+    s.update(
+        &plan,
+        &StepOutcome {
+            ran: true,
+            next: vec![(SeqId(1), 7), (SeqId(2), 24)],
+            ..StepOutcome::default()
+        },
+    );
+    let plan = s.plan(Some(&mut spec));
+    let lookup = plan.drafts[&SeqId(1)].clone();
+    assert_eq!(
+        lookup.tokens(),
+        &[8, 9, 10],
+        "the repeat is prompt lookup's"
+    );
+    let head = plan.drafts[&SeqId(2)].clone();
+    assert_eq!(head.tokens(), &[1, 1, 1], "the fresh text is the head's");
+    let rows = [favouring(8), favouring(9), favouring(3), favouring(4)];
+    let v = spec.verify(SeqId(1), &lookup, |n| &rows[n], &mut greedy(), None);
+    assert_eq!(v.path, vec![1, 2]);
+    let rows = [favouring(1), favouring(2), favouring(2), favouring(2)];
+    let v = spec.verify(SeqId(2), &head, |n| &rows[n], &mut greedy(), None);
+    assert_eq!(v.path, vec![1]);
+    // The head saw both verifications: its own drafts accepted, the other's observed.
+    assert_eq!(*told.borrow(), [("observed", 1), ("accepted", 2)]);
+    let report = spec.drafters();
+    assert_eq!(report[0].algorithm, Algorithm::Eagle3);
+    let counts = |i: usize| {
+        let c = report[i].counts;
+        (c.chosen, c.proposed, c.accepted)
+    };
+    assert_eq!(counts(0), (1, 3, 1));
+    assert_eq!(counts(1), (1, 3, 2));
 }
