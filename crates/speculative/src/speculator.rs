@@ -333,15 +333,12 @@ impl Speculator {
     }
 
     /// Each drafter's figures, in the order given.
-    pub fn drafters(&self) -> Vec<DrafterReport> {
-        self.drafters
-            .iter()
-            .map(|e| DrafterReport {
-                algorithm: e.algorithm,
-                counts: e.counts,
-                spent: e.spent,
-            })
-            .collect()
+    pub fn drafters(&self) -> impl Iterator<Item = DrafterReport> + '_ {
+        self.drafters.iter().map(|e| DrafterReport {
+            algorithm: e.algorithm,
+            counts: e.counts,
+            spent: e.spent,
+        })
     }
 
     /// `(a, b)` of the step cost `a + b·work`.
@@ -505,7 +502,13 @@ impl Speculator {
         load: Load,
         ceiling: usize,
     ) -> Vec<Candidate> {
-        let price = (self.drafters.len() > 1).then(|| self.price(plan, decoding, load));
+        // With several drafters, the step's tokens and seconds before drafts and a draft row's
+        // price, once for the step: what each offer's rate is measured against.
+        let pricing = (self.drafters.len() > 1).then(|| {
+            let p = self.price(plan, decoding, load);
+            let row = self.cost.coefficients().1 * self.logit_work;
+            (p.tokens, self.cost.predict(p.work), row)
+        });
         let mut out = Vec::new();
         for seq in decoding {
             let Some(max_tokens) = self.seqs.get(&seq.id).map(|s| s.max_tokens) else {
@@ -522,15 +525,8 @@ impl Speculator {
                 let Some((c, matched)) = self.offer(i, seq, max) else {
                     continue;
                 };
-                let rate = price.as_ref().map_or(0.0, |p| {
-                    let (_, b) = self.cost.coefficients();
-                    let d = self.demand(&c, seq, 1.0);
-                    adaptive::best_rate(
-                        p.tokens,
-                        self.cost.predict(p.work),
-                        b * self.logit_work,
-                        &d,
-                    )
+                let rate = pricing.map_or(0.0, |(tokens, seconds, row)| {
+                    adaptive::best_rate(tokens, seconds, row, &self.demand(&c, seq, 1.0))
                 });
                 if best.as_ref().is_none_or(|(r, ..)| rate > *r) {
                     best = Some((rate, c, matched));

@@ -172,6 +172,14 @@ fn adaptive_drafts_stop_when_rows_cost_more_than_they_can_win() {
     }
 }
 
+/// A chain of the token 1 for each request, as long as it asks.
+fn chains_of_ones(requests: &[DraftRequest<'_>]) -> Vec<DraftTree> {
+    requests
+        .iter()
+        .map(|r| DraftTree::chain(vec![1; r.nodes]))
+        .collect()
+}
+
 /// A drafter whose catching up takes 30 ms for 10 rows and whose drafts take no time: chains of
 /// the token 1.
 struct SlowToCatchUp;
@@ -194,10 +202,7 @@ impl Drafter for SlowToCatchUp {
         &mut self,
         requests: &[DraftRequest<'_>],
     ) -> Result<Vec<DraftTree>, model::ModelError> {
-        Ok(requests
-            .iter()
-            .map(|r| DraftTree::chain(vec![1; r.nodes]))
-            .collect())
+        Ok(chains_of_ones(requests))
     }
 
     fn accepted(
@@ -281,10 +286,7 @@ impl Drafter for Recorder {
         &mut self,
         requests: &[DraftRequest<'_>],
     ) -> Result<Vec<DraftTree>, model::ModelError> {
-        Ok(requests
-            .iter()
-            .map(|r| DraftTree::chain(vec![1; r.nodes]))
-            .collect())
+        Ok(chains_of_ones(requests))
     }
 
     fn accepted(&mut self, key: u64, _path: &[usize], _t: &[u32]) -> Result<(), model::ModelError> {
@@ -349,7 +351,7 @@ fn combined_drafters_draft_for_each_sequence_whichever_pays_and_count_apart() {
     assert_eq!(v.path, vec![1]);
     // The head saw both verifications: its own drafts accepted, the other's observed.
     assert_eq!(*told.borrow(), [("observed", 1), ("accepted", 2)]);
-    let report = spec.drafters();
+    let report: Vec<DrafterReport> = spec.drafters().collect();
     assert_eq!(report[0].algorithm, Algorithm::Eagle3);
     let counts = |i: usize| {
         let c = report[i].counts;
