@@ -5,7 +5,8 @@ Usage: python3 scripts/openai_tools_test.py SCRIPTED_URL REAL_URL [QWEN_URL]
                 --scripted-output crates/specula/tests/fixtures/tool_script.json` (base URL, /v1)
   REAL_URL      the same parsers on the real model, unscripted
   QWEN_URL      `specula serve --model qwen2.5-coder-0.5b --tool-call-parser qwen25`: the round
-                trip on a model that makes calls (it writes them as bare JSON objects)
+                trip on a model that makes calls (it writes them as bare JSON objects, or in a
+                ```json fence)
 The scripted server makes the round trip deterministic (request with tools -> tool calls ->
 tool results in the history -> final answer), streamed and not; the real model shows that the
 same requests come back well formed. Exits non-zero on the first failed check.
@@ -151,6 +152,18 @@ def qwen(url):
     check(not content and finish == "tool_calls"
           and [(v[1], v[2]) for v in scalls.values()]
           == [(t.function.name, t.function.arguments) for t in calls], f"qwen streamed {scalls}")
+
+    # Asked this way it writes the call in a ```json fence: a call too, streamed or not.
+    fenced = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=model, messages=fenced, tools=TOOLS, temperature=0)
+    c = r.choices[0]
+    got = [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls or []]
+    check(c.finish_reason == "tool_calls" and not c.message.content
+          and got == [("get_weather", {"city": "Paris"})], f"qwen fenced: {c}")
+    content, _, scalls, finish = streamed(client, model, fenced, temperature=0)
+    check(not content and finish == "tool_calls"
+          and [(v[1], json.loads(v[2])) for v in scalls.values()] == got,
+          f"qwen fenced streamed {content!r} {scalls}")
 
     messages.append(m.model_dump(exclude_none=True))
     for t in calls:

@@ -33,6 +33,8 @@ pub enum DatasetSpec {
     Rewrite,
     /// Built-in programming requests (write, explain, fix, convert, test, edit code).
     Code,
+    /// Built-in two-turn editing: turn two asks to revise the code the assistant wrote in turn one.
+    Edit,
     /// Random words, about this many tokens per prompt.
     Random { input_tokens: usize },
     /// `groups` system prompts of about `prefix_tokens` tokens shared by the requests of each
@@ -45,7 +47,7 @@ pub enum DatasetSpec {
 }
 
 impl DatasetSpec {
-    /// Parses `synthetic`, `rewrite`, `code`, `random:N`, `shared-prefix:TOKENS:GROUPS`, `sharegpt` or
+    /// Parses `synthetic`, `rewrite`, `code`, `edit`, `random:N`, `shared-prefix:TOKENS:GROUPS`, `sharegpt` or
     /// a file path.
     pub fn parse(s: &str) -> Result<Self, String> {
         if let Some(rest) = s.strip_prefix("shared-prefix:") {
@@ -68,6 +70,7 @@ impl DatasetSpec {
             "synthetic" => Ok(Self::Synthetic),
             "rewrite" => Ok(Self::Rewrite),
             "code" => Ok(Self::Code),
+            "edit" => Ok(Self::Edit),
             "sharegpt" => Ok(Self::ShareGpt),
             _ => match s.strip_prefix("random:") {
                 Some(n) => match n.parse::<usize>() {

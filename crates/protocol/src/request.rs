@@ -1,5 +1,6 @@
-//! The generating routes' requests as types: [`ChatCompletionRequest`] and
-//! [`CompletionRequest`], each with the [`GenerationFields`] both share. [`parse`] reads one from
+//! The routes' requests as types: [`ChatCompletionRequest`] and [`CompletionRequest`], each
+//! with the [`GenerationFields`] both share, and the tokenizer's [`TokenizeRequest`] and
+//! [`DetokenizeRequest`]. [`parse`] reads one from
 //! a JSON body and reports a mistake at its path (`tools[0].function.name`), in words a client
 //! understands ("expected a number", not "expected f64").
 //!
@@ -215,16 +216,7 @@ impl TryFrom<Value> for Prompt {
 
     fn try_from(v: Value) -> Result<Self, String> {
         let not_a_prompt = || "expected a string, a list of strings, or token ids".to_string();
-        let ids = |items: &[Value]| -> Result<Vec<u32>, String> {
-            items
-                .iter()
-                .map(|t| {
-                    t.as_u64()
-                        .and_then(|id| u32::try_from(id).ok())
-                        .ok_or_else(|| "token ids must be integers below 2^32".to_string())
-                })
-                .collect()
-        };
+        let ids = token_ids;
         match v {
             Value::String(s) => Ok(Self(vec![PromptInput::Text(s)])),
             Value::Array(items) if !items.is_empty() => {
@@ -244,6 +236,78 @@ impl TryFrom<Value> for Prompt {
             _ => Err(not_a_prompt()),
         }
     }
+}
+
+/// `POST /tokenize` (and `/v1/tokenize`): llama-server's `content`, vLLM's and SGLang's `prompt`
+/// (a list of strings too, SGLang's batch), or vLLM's `messages` rendered by the chat template;
+/// each peer's flags under its own name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizeRequest {
+    pub model: Option<String>,
+    pub content: Option<String>,
+    pub prompt: Option<Prompt>,
+    pub messages: Option<Vec<Value>>,
+    pub add_generation_prompt: Option<bool>,
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// llama-server's name for `add_special_tokens`.
+    pub add_special: Option<bool>,
+    pub add_special_tokens: Option<bool>,
+    pub parse_special: Option<bool>,
+    pub with_pieces: Option<bool>,
+    pub return_token_strs: Option<bool>,
+}
+
+/// `POST /detokenize` (and `/v1/detokenize`): token ids, or a list of lists (SGLang's batch).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetokenizeRequest {
+    pub model: Option<String>,
+    pub tokens: Option<TokenLists>,
+    pub skip_special_tokens: Option<bool>,
+}
+
+/// `tokens`: one list of ids (`batch` false) or a list of them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "Value")]
+pub struct TokenLists {
+    pub lists: Vec<Vec<u32>>,
+    pub batch: bool,
+}
+
+impl TryFrom<Value> for TokenLists {
+    type Error = String;
+
+    fn try_from(v: Value) -> Result<Self, String> {
+        let Value::Array(items) = v else {
+            return Err("expected a list of token ids".into());
+        };
+        if items.iter().all(Value::is_array) && !items.is_empty() {
+            let lists = items
+                .into_iter()
+                .map(|l| match l {
+                    Value::Array(ids) => token_ids(&ids),
+                    _ => unreachable!("checked to be lists"),
+                })
+                .collect::<Result<_, _>>()?;
+            return Ok(Self { lists, batch: true });
+        }
+        Ok(Self {
+            lists: vec![token_ids(&items)?],
+            batch: false,
+        })
+    }
+}
+
+fn token_ids(items: &[Value]) -> Result<Vec<u32>, String> {
+    items
+        .iter()
+        .map(|t| {
+            t.as_u64()
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| "token ids must be integers below 2^32".to_string())
+        })
+        .collect()
 }
 
 /// A body that is not the request its route takes: where (`None`: the body itself) and why.
@@ -268,6 +332,18 @@ impl FromBody for ChatCompletionRequest {
             generation,
             ..read(body)?
         })
+    }
+}
+
+impl FromBody for TokenizeRequest {
+    fn from_body(body: Value) -> Result<Self, FieldError> {
+        read(body)
+    }
+}
+
+impl FromBody for DetokenizeRequest {
+    fn from_body(body: Value) -> Result<Self, FieldError> {
+        read(body)
     }
 }
 

@@ -100,15 +100,21 @@ pub(crate) fn normalise(body: &mut Map<String, Value>, route: Route) -> Result<(
             format!("`{k}` is not supported: {why}"),
         ));
     }
-    if let Some(Value::Object(kw)) = body.get("chat_template_kwargs")
-        && let Some(k) = RESERVED_TEMPLATE_KEYS.iter().find(|k| kw.contains_key(**k))
-    {
-        return Err(ApiError::invalid(
+    match body.get("chat_template_kwargs") {
+        Some(Value::Object(kw)) => check_template_kwargs(kw),
+        _ => Ok(()),
+    }
+}
+
+/// `chat_template_kwargs` may not replace what the server sets itself.
+pub(crate) fn check_template_kwargs(kw: &Map<String, Value>) -> Result<(), ApiError> {
+    match RESERVED_TEMPLATE_KEYS.iter().find(|k| kw.contains_key(**k)) {
+        Some(k) => Err(ApiError::invalid(
             "chat_template_kwargs",
             format!("`chat_template_kwargs.{k}` is set by the server and cannot be replaced"),
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Moves `alias` to `to` (converted by `convert`); both given is a 400.

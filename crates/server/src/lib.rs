@@ -29,6 +29,7 @@ mod responses;
 mod routes;
 pub mod script;
 pub mod stop;
+mod tokenize;
 mod tool_request;
 
 pub use error::ApiError;

@@ -35,12 +35,47 @@ impl RouteRequest for CompletionRequest {
 }
 
 /// The request body as the route's request: a JSON object, its aliases rewritten, any field the
-/// route does not read refused, and every field of the wrong shape named; a body over the limit
-/// is a 413 with an error body.
+/// route does not read refused, and every field of the wrong shape named.
 pub(crate) fn read_request<R: RouteRequest>(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<R, ApiError> {
+    let mut map = body_object(state, body)?;
+    fields::normalise(&mut map, R::ROUTE)?;
+    let request = protocol::request::parse::<R>(Value::Object(map)).map_err(ApiError::field)?;
+    check_model(state, request.generation().model.as_deref())?;
+    Ok(request)
+}
+
+/// The body of a route that does not generate (its request type refuses unknown fields itself).
+pub(crate) fn read_body<R: FromBody>(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<R, ApiError> {
+    let map = body_object(state, body)?;
+    protocol::request::parse::<R>(Value::Object(map)).map_err(ApiError::field)
+}
+
+/// A request's `model`, when given, must be the served one.
+pub(crate) fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(m) if !m.is_empty() && m != state.served_model_name => Err(ApiError::invalid(
+            "model",
+            format!(
+                "the model `{m}` does not exist; this server serves `{}`",
+                state.served_model_name
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The body as a JSON object, read while the server is ready; a body over the limit is a 413
+/// and one that stalls a 408, each with an error body.
+fn body_object(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Map<String, Value>, ApiError> {
     if state.phase() != Phase::Ready {
         return Err(not_ready(state));
     }
@@ -62,23 +97,7 @@ pub(crate) fn read_request<R: RouteRequest>(
             ApiError::bad_request(format!("cannot read the request body: {e}"))
         }
     })?;
-    let mut map = json_object(&bytes)?;
-    drop(bytes);
-    fields::normalise(&mut map, R::ROUTE)?;
-    let request = protocol::request::parse::<R>(Value::Object(map)).map_err(ApiError::field)?;
-    if let Some(m) = request.generation().model.as_deref()
-        && !m.is_empty()
-        && m != state.served_model_name
-    {
-        return Err(ApiError::invalid(
-            "model",
-            format!(
-                "the model `{m}` does not exist; this server serves `{}`",
-                state.served_model_name
-            ),
-        ));
-    }
-    Ok(request)
+    json_object(&bytes)
 }
 
 /// A request body as the JSON object it must be.

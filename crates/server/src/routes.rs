@@ -1,5 +1,6 @@
 //! The route table: `/v1/chat/completions` (`chat.rs`), `/v1/completions` (`completions.rs`),
-//! `/v1/models`, `/flush_cache`, `/health` and `/health_generate` (`health.rs`), `/server_info`
+//! `/v1/models` and `/v1/models/{id}`, `/tokenize` and `/detokenize` (`tokenize.rs`, also under
+//! `/v1/`), `/flush_cache`, `/health` and `/health_generate` (`health.rs`), `/server_info`
 //! and `/metrics` (`info.rs`); `/v1/*` behind the API key when there is one, and everything else
 //! a 404 with an error body.
 
@@ -10,9 +11,10 @@ use crate::error::ApiError;
 use crate::health::{health, health_generate};
 use crate::info::{metrics, server_info};
 use crate::request::not_ready;
+use crate::tokenize::{detokenize, tokenize};
 use crate::{Phase, Shared};
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +37,12 @@ pub fn router(state: Shared) -> Router {
     let v1 = Router::new()
         .merge(generating)
         .route("/v1/models", get(models))
+        // A catch-all: served names may hold slashes (`org/model`).
+        .route("/v1/models/{*id}", get(model))
+        .route("/tokenize", post(tokenize))
+        .route("/v1/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/v1/detokenize", post(detokenize))
         .route("/flush_cache", post(flush_cache).get(flush_cache))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -123,11 +131,35 @@ async fn require_api_key(State(state): State<Shared>, req: Request, next: Next) 
 async fn models(State(state): State<Shared>) -> axum::Json<ModelList> {
     axum::Json(ModelList {
         object: "list".into(),
-        data: vec![ModelCard {
-            id: state.served_model_name.clone(),
-            object: "model".into(),
-            created: state.created,
-            owned_by: "specula".into(),
-        }],
+        data: vec![model_card(&state)],
     })
+}
+
+/// `GET /v1/models/{id}` (the SDK's `models.retrieve`): the served model, or a 404.
+async fn model(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<ModelCard>, ApiError> {
+    if id != state.served_model_name {
+        return Err(ApiError {
+            param: Some("model".into()),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "the model `{id}` does not exist; this server serves `{}`",
+                    state.served_model_name
+                ),
+            )
+        });
+    }
+    Ok(axum::Json(model_card(&state)))
+}
+
+fn model_card(state: &Shared) -> ModelCard {
+    ModelCard {
+        id: state.served_model_name.clone(),
+        object: "model".into(),
+        created: state.created,
+        owned_by: "specula".into(),
+    }
 }

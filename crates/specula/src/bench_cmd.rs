@@ -90,7 +90,7 @@ pub struct RunArgs {
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
-    /// synthetic | rewrite | code | random:INPUT_TOKENS | shared-prefix:PREFIX_TOKENS:GROUPS |
+    /// synthetic | rewrite | code | edit | random:INPUT_TOKENS | shared-prefix:PREFIX_TOKENS:GROUPS |
     /// sharegpt | a .jsonl file | a ShareGPT .json file.
     #[arg(long, alias = "dataset-path", default_value = "synthetic")]
     dataset: String,

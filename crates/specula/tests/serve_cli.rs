@@ -112,6 +112,101 @@ async fn chat_and_completions_answer_with_usage_streamed_or_not() {
 }
 
 #[tokio::test]
+async fn models_retrieve_tokenize_and_detokenize_answer_in_the_peers_shapes() {
+    let s = Server::start(&["--served-model-name", "org/smol"]);
+    // `models.retrieve`, a name with a slash included; another name is a 404.
+    let card = get_json(&s, "/v1/models/org/smol").await;
+    assert_eq!(
+        (card["id"].as_str(), card["object"].as_str()),
+        (Some("org/smol"), Some("model"))
+    );
+    let r = client()
+        .get(s.url("/v1/models/gpt-4o"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "model", "{body}");
+
+    // llama-server's shape: `content`, no BOS added, `with_pieces`; then back to the text.
+    let text = "Hello world, héllo wörld!";
+    let (status, plain) = post(&s.url("/tokenize"), json!({"content": text})).await;
+    assert_eq!(status, 200, "{plain}");
+    let ids = plain["tokens"].as_array().unwrap().clone();
+    assert!(ids.len() > 4 && ids.iter().all(Value::is_u64), "{plain}");
+    assert_eq!(plain["count"], ids.len());
+    assert_eq!(plain["char_count"], text.chars().count());
+    assert!(plain["max_model_len"].as_u64().unwrap() >= 2048, "{plain}");
+    let (_, pieces) = post(
+        &s.url("/tokenize"),
+        json!({"content": text, "with_pieces": true}),
+    )
+    .await;
+    let pieces = pieces["tokens"].as_array().unwrap();
+    let joined: String = pieces.iter().filter_map(|p| p["piece"].as_str()).collect();
+    assert_eq!(joined, text, "{pieces:?}");
+    assert_eq!(
+        pieces.iter().map(|p| p["id"].clone()).collect::<Vec<_>>(),
+        ids
+    );
+    for route in ["/detokenize", "/v1/detokenize"] {
+        let (status, back) = post(&s.url(route), json!({"tokens": ids, "model": "org/smol"})).await;
+        assert_eq!(status, 200, "{back}");
+        for field in ["content", "prompt", "text"] {
+            assert_eq!(back[field], text, "{field}: {back}");
+        }
+    }
+
+    // SGLang's batch: lists in, lists out, each the same as alone.
+    let (_, batch) = post(&s.url("/v1/tokenize"), json!({"prompt": [text, "two"]})).await;
+    assert_eq!(batch["tokens"][0], json!(ids), "{batch}");
+    assert_eq!(batch["count"].as_array().unwrap().len(), 2);
+    let (_, back) = post(&s.url("/v1/detokenize"), json!({"tokens": batch["tokens"]})).await;
+    assert_eq!(back["text"], json!([text, "two"]));
+
+    // vLLM's messages: as many tokens as the chat route counts for its prompt.
+    let messages = json!([{"role": "user", "content": "Name the capital city of France."}]);
+    let (_, counted) = post(&s.url("/tokenize"), json!({"messages": messages})).await;
+    let (_, chat) = post(
+        &s.url("/v1/chat/completions"),
+        json!({"messages": messages, "max_tokens": 1}),
+    )
+    .await;
+    assert_eq!(
+        counted["count"], chat["usage"]["prompt_tokens"],
+        "{counted}"
+    );
+
+    // Mistakes are 400s naming the field.
+    for (route, body, param) in [
+        ("/detokenize", json!({"tokens": [999_999]}), json!("tokens")),
+        ("/detokenize", json!({}), json!("tokens")),
+        (
+            "/tokenize",
+            json!({"content": "a", "prompt": "b"}),
+            Value::Null,
+        ),
+        ("/tokenize", json!({"prompt": [1, 2]}), json!("prompt")),
+        (
+            "/tokenize",
+            json!({"content": "a", "model": "other"}),
+            json!("model"),
+        ),
+    ] {
+        let (status, e) = post(&s.url(route), body.clone()).await;
+        assert_eq!(status, 400, "{body}: {e}");
+        assert_eq!(e["error"]["param"], param, "{body}: {e}");
+    }
+    let (status, e) = post(&s.url("/tokenize"), json!({"content": "a", "colour": 1})).await;
+    assert_eq!(status, 400);
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("colour"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
 async fn greedy_text_through_the_server_equals_generate() {
     let prompt = "The three primary colors are";
     let out = Command::new(BIN)

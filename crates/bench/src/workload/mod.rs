@@ -2,6 +2,7 @@
 
 mod arrivals;
 mod code;
+mod edit;
 mod file;
 mod plan;
 mod random;
@@ -93,6 +94,7 @@ impl Dataset {
             DatasetSpec::Synthetic => ("synthetic".to_string(), synthetic::prompts(), Vec::new()),
             DatasetSpec::Rewrite => ("rewrite".to_string(), rewrite::prompts(), Vec::new()),
             DatasetSpec::Code => ("code".to_string(), code::prompts(), Vec::new()),
+            DatasetSpec::Edit => ("edit".to_string(), edit::prompts(), Vec::new()),
             DatasetSpec::Random { input_tokens } => (
                 format!("random:{input_tokens}"),
                 random::prompts(*input_tokens, min_prompts.max(1), seed),

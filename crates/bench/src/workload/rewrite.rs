@@ -8,8 +8,9 @@
 
 use super::Prompt;
 
-/// Passages (code and prose) the instructions apply to.
-const PASSAGES: &[&str] = &[
+/// Passages (code and prose) the instructions apply to; the first `CODE_PASSAGES` are code
+/// (the `edit` dataset's turn-one answers).
+pub(super) const PASSAGES: &[&str] = &[
     r#"def total_price(items, tax_rate, discount=None):
     """Return the price of an order, tax included."""
     subtotal = 0
@@ -241,6 +242,9 @@ echo "removed archives older than thirty days"
      carbon dioxide into sugar. Plants store some of the sugar as starch, and use the rest to grow \
      and to build the cellulose in their cell walls.",
 ];
+
+/// How many of `PASSAGES`, from the first, are code.
+pub(super) const CODE_PASSAGES: usize = 6;
 
 /// What to do with a passage; each keeps (nearly) all of it in the answer.
 const INSTRUCTIONS: &[&str] = &[

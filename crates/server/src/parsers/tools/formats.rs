@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolFormat {
     /// `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Hermes, Qwen 2.5, Qwen 3); a
-    /// whole answer that is such an object without the tags, naming an offered tool, is a call
-    /// too (Qwen2.5-Coder writes them so).
+    /// whole answer that is such an object without the tags, or a list of them, bare or in a
+    /// ```` ```json ```` fence, naming offered tools, is a call too (Qwen2.5-Coder writes them so).
     Hermes,
     /// `{"name": …, "parameters": {…}}` at the start of the message, several joined by `;`,
     /// optionally after `<|python_tag|>` (Llama 3.1–3.3 JSON tool calling).
@@ -45,9 +45,9 @@ pub(super) struct BodyScan {
 pub(super) struct Markup {
     /// Open a call; not part of its body.
     pub openers: &'static [&'static str],
-    /// Opens a call where one may start without a marker (the message's start, right after a
+    /// Open a call where one may start without a marker (the message's start, right after a
     /// call or a `prefixes` marker); part of the body.
-    pub implicit: Option<char>,
+    pub implicit: &'static [char],
     /// Section markup around calls, dropped wherever it appears outside a call.
     pub wrappers: &'static [&'static str],
     /// Wrappers after which an implicit call may start.
@@ -102,7 +102,7 @@ impl ToolFormat {
     pub(super) fn markup(self) -> &'static Markup {
         const fn m(
             openers: &'static [&'static str],
-            implicit: Option<char>,
+            implicit: &'static [char],
             wrappers: &'static [&'static str],
             prefixes: &'static [&'static str],
             separator: Option<char>,
@@ -118,33 +118,33 @@ impl ToolFormat {
         }
         static HERMES: Markup = Markup {
             implicit_is_whole: true,
-            ..m(&["<tool_call>"], Some('{'), &[], &[], None)
+            ..m(&["<tool_call>"], &['{', '`'], &[], &[], None)
         };
         static LLAMA3: Markup = m(
             &[],
-            Some('{'),
+            &['{'],
             &["<|python_tag|>"],
             &["<|python_tag|>"],
             Some(';'),
         );
-        static MISTRAL: Markup = m(&["[TOOL_CALLS]"], None, &[], &[], None);
+        static MISTRAL: Markup = m(&["[TOOL_CALLS]"], &[], &[], &[], None);
         static DEEPSEEK: Markup = m(
             &[DS_CALL_BEGIN],
-            None,
+            &[],
             &[DS_CALLS_BEGIN, DS_CALLS_END],
             &[],
             None,
         );
         static KIMI: Markup = m(
             &[KIMI_CALL_BEGIN],
-            None,
+            &[],
             &[KIMI_SECTION_BEGIN, KIMI_SECTION_END],
             &[],
             None,
         );
         static PYTHONIC: Markup = m(
             &[],
-            Some('['),
+            &['['],
             &["<|python_start|>", "<|python_end|>"],
             &["<|python_start|>"],
             None,
@@ -201,8 +201,12 @@ impl ToolFormat {
     }
 
     /// For a call opened without a marker: whether its start reads as a call (`{"` for
-    /// llama3, `[name(` for pythonic); `None` until enough text has come to tell.
+    /// llama3 and hermes, or a ```` ```json ```` fence around one for hermes, `[name(` for
+    /// pythonic); `None` until enough text has come to tell.
     pub(super) fn looks_like_call(self, body: &str) -> Option<bool> {
+        if self == Self::Hermes && body.starts_with('`') {
+            return fence_opens_json(body);
+        }
         let rest = body.get(1..)?.trim_start();
         match self {
             Self::Llama3 | Self::Hermes => rest.chars().next().map(|c| c == '"'),
@@ -222,7 +226,16 @@ impl ToolFormat {
     /// The calls in one call's body: (name, arguments object).
     pub(super) fn parse_body(self, body: &str) -> Option<Vec<(String, Value)>> {
         let calls = match self {
-            Self::Hermes => vec![json_call(body, &["arguments", "parameters"], false)?],
+            Self::Hermes => {
+                let keys = &["arguments", "parameters"];
+                match serde_json::from_str::<Value>(unfenced(body).trim()).ok()? {
+                    Value::Array(items) => items
+                        .iter()
+                        .map(|c| call_of(c, keys, false))
+                        .collect::<Option<_>>()?,
+                    v => vec![call_of(&v, keys, false)?],
+                }
+            }
             // Llama's calls always carry `parameters`: without, it is JSON, not a call.
             Self::Llama3 => vec![json_call(body, &["parameters", "arguments"], true)?],
             Self::Mistral => match body.trim_start().strip_prefix('[') {
@@ -406,6 +419,45 @@ impl ToolFormat {
             None => start.to_string(),
         }
     }
+}
+
+/// Whether `body`, which starts with a backtick, opens a Markdown fence (` ```json ` or bare)
+/// whose contents start a JSON object with a key, or a list of objects; `None` until enough
+/// text has come to tell.
+fn fence_opens_json(body: &str) -> Option<bool> {
+    const FENCE: &str = "```";
+    let Some(rest) = body.strip_prefix(FENCE) else {
+        return if FENCE.starts_with(body) {
+            None
+        } else {
+            Some(false)
+        };
+    };
+    let Some((info, inner)) = rest.split_once('\n') else {
+        // The info string so far must be on its way to `json` (or nothing).
+        let waiting = rest.len() < 16 && "json".starts_with(&rest.trim().to_ascii_lowercase());
+        return if waiting { None } else { Some(false) };
+    };
+    let info = info.trim();
+    if !(info.is_empty() || info.eq_ignore_ascii_case("json")) {
+        return Some(false);
+    }
+    let mut chars = inner.chars().filter(|c| !c.is_whitespace());
+    match (chars.next()?, chars.next()?) {
+        ('{', c) => Some(c == '"'),
+        ('[', c) => Some(c == '{'),
+        _ => Some(false),
+    }
+}
+
+/// The contents of a Markdown code fence (its info string dropped; the closing fence may be
+/// missing, where the model stopped right after the JSON); text that is no fence as it is.
+fn unfenced(body: &str) -> &str {
+    let Some(rest) = body.trim().strip_prefix("```") else {
+        return body;
+    };
+    let inner = rest.split_once('\n').map_or("", |(_, inner)| inner);
+    inner.trim_end().strip_suffix("```").unwrap_or(inner)
 }
 
 /// A function name as written between markup (trimmed; not empty, no spaces inside).

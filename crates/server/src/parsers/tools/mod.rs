@@ -220,8 +220,7 @@ impl ToolParser {
             self.pending.drain(..skip + sep.len_utf8());
             return true;
         }
-        if let Some(c) = self.markup.implicit
-            && t.starts_with(c)
+        if t.starts_with(self.markup.implicit)
             && !(self.markup.implicit_is_whole && (self.calls > 0 || self.names.is_empty()))
         {
             self.pending.drain(..skip);
@@ -326,7 +325,13 @@ mod tests {
     type Parsed = (String, Vec<(String, String)>, usize);
 
     fn run(format: ToolFormat, pieces: &[&str]) -> Parsed {
-        let mut p = ToolParser::new(format, 7);
+        run_offering(format, &[], pieces)
+    }
+
+    /// As `run`, the request offering the functions `names`.
+    fn run_offering(format: ToolFormat, names: &[&str], pieces: &[&str]) -> Parsed {
+        let names = names.iter().map(|n| n.to_string()).collect();
+        let mut p = ToolParser::new(format, 7).with_names(names);
         let mut events: Vec<ToolEvent> = pieces.iter().flat_map(|s| p.push(s)).collect();
         events.extend(p.finish());
         let mut parsed: Parsed = Default::default();
@@ -575,6 +580,19 @@ mod tests {
             (call.to_string(), &[][..]),
             (format!("{call} Shall I?"), &["get_weather"][..]),
             ("{\"city\": \"Paris\"}".to_string(), &["get_weather"][..]),
+            // A fence showing JSON that names no offered tool, a fence of another language.
+            (
+                format!("```json\n{}\n```", call.replace("get_weather", "get_time")),
+                &["get_weather"][..],
+            ),
+            (
+                "```python\nprint({\"name\": 1})\n```".to_string(),
+                &["get_weather"][..],
+            ),
+            (
+                format!("```json\n{call}\n```\nIt is sunny."),
+                &["get_weather"][..],
+            ),
         ] {
             let mut content = String::new();
             for e in named(&text, names) {
@@ -586,6 +604,36 @@ mod tests {
             assert_eq!(content, text);
         }
     }
+
+    #[test]
+    fn a_hermes_call_in_a_json_fence_is_a_call() {
+        // Qwen2.5-Coder under `auto` often writes its call in a Markdown fence, without tags.
+        let call = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+        let time = "{\"name\": \"get_time\", \"arguments\": {}}";
+        for (text, want) in [
+            (format!("```json\n{call}\n```"), &[WEATHER_PARIS][..]),
+            (format!("\n```\n{call}\n```\n"), &[WEATHER_PARIS][..]),
+            // Left open: the model stopped after the JSON.
+            (format!("```json\n{call}\n"), &[WEATHER_PARIS][..]),
+            (
+                format!("```json\n[{call}, {time}]\n```"),
+                &[WEATHER_PARIS, ("get_time", "{}")][..],
+            ),
+        ] {
+            let want: Parsed = (
+                String::new(),
+                want.iter()
+                    .map(|(n, a)| (n.to_string(), a.to_string()))
+                    .collect(),
+                0,
+            );
+            super::super::assert_any_chunking(&text, &want, |pieces| {
+                run_offering(Hermes, &["get_weather", "get_time"], pieces)
+            });
+        }
+    }
+
+    const WEATHER_PARIS: (&str, &str) = ("get_weather", r#"{"city":"Paris"}"#);
 
     #[test]
     fn with_one_call_at_most_the_rest_is_dropped() {
