@@ -5,17 +5,21 @@ Usage: python3 scripts/openai_structured_test.py PLAIN_URL SPEC_URL TOOLS_URL
 --tool-call-parser hermes). For a table of schemas, streamed and not, at temperatures 0 and 1,
 every answer validates (`jsonschema`); `client.chat.completions.parse()` with a Pydantic model
 round-trips; the greedy answers with speculation are the ones without; an invalid schema is a
-BadRequestError; a forced tool call's arguments validate against its parameters. Exits non-zero
+BadRequestError; a forced tool call's arguments validate against its parameters; Pydantic
+models of every common type parse (a set's `uniqueItems` named in `x-specula-unenforced`), and
+`strict: true` closes objects. Exits non-zero
 on the first failed check. scripts/test-openai.sh runs it.
 """
 
+import datetime as dt
 import json
 import sys
-from typing import List, Literal, Optional
+from typing import Annotated, Dict, List, Literal, Optional, Set, Union
+from uuid import UUID
 
 import jsonschema
 import openai
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, EmailStr, Field
 
 plain_url, spec_url, tools_url = sys.argv[1:4]
 clients = {u: openai.OpenAI(base_url=u, api_key="unused", max_retries=0) for u in sys.argv[1:4]}
@@ -115,6 +119,94 @@ for url in (plain_url, spec_url):
     parsed = r.choices[0].message.parsed
     check(isinstance(parsed, Place), f".parse() gave {parsed!r}")
     check(len(parsed.country.code) == 2, f"country code {parsed.country.code!r}")
+
+# Every schema Pydantic v2 writes for common types, through `.parse()`: sets (`uniqueItems`,
+# accepted best-effort and named in a response header), dates and times, UUIDs, emails,
+# `Literal`, `Optional`, nested models, `dict[str, T]`, a discriminated union, a recursive model.
+class Contact(BaseModel):
+    email: EmailStr
+    id: UUID
+    born: dt.date
+    last_seen: dt.datetime
+    wakes_at: dt.time
+
+
+class Labels(BaseModel):
+    tags: Set[str] = Field(max_length=3)
+    level: Literal["low", "high"]
+    note: Optional[str] = Field(max_length=20)
+    scores: Dict[str, Annotated[int, Field(ge=0, le=10)]] = Field(max_length=2)
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: int = Field(ge=1, le=9)
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    good: bool
+
+
+class Pet(BaseModel):
+    name: str = Field(max_length=12)
+    pet: Annotated[Union[Cat, Dog], Field(discriminator="kind")]
+
+
+class Node(BaseModel):
+    name: str = Field(max_length=12)
+    children: List["Node"] = Field(max_length=2)
+
+
+PYDANTIC = [
+    (Contact, "Make up a contact card for Ana, as JSON."),
+    (Labels, "Label this text: 'the server is down again'. Give tags, a level, a note, and "
+             'the scores {"urgency": 8, "impact": 6}. Answer as JSON.'),
+    (Pet, "Describe a cat called Tom, as JSON."),
+    # A small model left to itself nests without end; the tree is in the prompt.
+    (Node, 'Repeat this tree as JSON: {"name": "Ana", "children": [{"name": "Ben", '
+           '"children": []}, {"name": "Cy", "children": []}]}'),
+]
+for cls, prompt in PYDANTIC:
+    for temperature in (0.0, 0.7):
+        r = parse(model=model, messages=[{"role": "user", "content": prompt}],
+                  response_format=cls, max_tokens=400, temperature=temperature, seed=3)
+        parsed = r.choices[0].message.parsed
+        check(isinstance(parsed, cls), f"{cls.__name__}: .parse() gave {parsed!r}")
+        # The answer validates against the schema Pydantic wrote, not only Pydantic's lax rules.
+        jsonschema.validate(json.loads(r.choices[0].message.content), cls.model_json_schema())
+
+# The header names the set that was not held to uniqueItems; it is absent where nothing was.
+def unenforced(cls):
+    fmt = {"type": "json_schema", "json_schema": {"name": cls.__name__,
+                                                  "schema": cls.model_json_schema()}}
+    raw = clients[plain_url].chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "Some JSON, please."}],
+        response_format=fmt, max_tokens=60, temperature=0)
+    return raw.headers.get("x-specula-unenforced")
+
+
+check(unenforced(Labels) == "uniqueItems at /properties/tags", f"header {unenforced(Labels)!r}")
+check(unenforced(Pet) is None, f"header {unenforced(Pet)!r}")
+
+# `strict: true` closes every object (OpenAI's strict mode): keys the schema does not name never
+# appear, even when the prompt asks for them.
+open_schema = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 20},
+    "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                "required": ["city"]}},
+    "required": ["name", "address"]}
+for temperature in (0.0, 1.0):
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": open_schema,
+                                                  "strict": True}}
+    r = clients[plain_url].chat.completions.create(
+        model=model, max_tokens=200, temperature=temperature, seed=5, response_format=fmt,
+        messages=[{"role": "user", "content":
+                   "Describe Ana from Paris as JSON with name, age, job and address "
+                   "(city, street, zip)."}])
+    answer = json.loads(r.choices[0].message.content)
+    check(set(answer) == {"name", "address"} and set(answer["address"]) == {"city"},
+          f"strict answer {answer}")
 
 # json_object: an object.
 r = clients[plain_url].chat.completions.create(

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The official `openai` Python package against `specula serve` (scripts/openai_client_test.py,
-# scripts/openai_tools_test.py, scripts/openai_structured_test.py). Installs the package (and
-# `jsonschema`) into target/pylib-openai on first use (pip --target: no virtualenv needed),
-# starts three servers on free loopback ports (the real default model with the tool-call and
+# The official `openai` and `anthropic` Python packages against `specula serve`
+# (scripts/openai_client_test.py, scripts/openai_tools_test.py, scripts/openai_structured_test.py,
+# scripts/anthropic_messages_test.py). Installs the packages (and `jsonschema`, and
+# `email-validator` for Pydantic's EmailStr) into target/pylib-openai on first use (pip --target:
+# no virtualenv needed), starts three servers on free loopback ports (the real default model with the tool-call and
 # reasoning parsers on, the same with its output scripted, the same with EAGLE-3 speculation) and
 # with --with-qwen a fourth (Qwen2.5-Coder-0.5B with its tool-call parser: the tool round trip on
 # a model that makes calls), runs the checks, stops the servers.
@@ -18,9 +19,10 @@ case "${1:-}" in
     *) echo "usage: scripts/test-openai.sh [--with-qwen]" >&2; exit 2 ;;
 esac
 lib=target/pylib-openai
-if ! PYTHONPATH="$lib" python3 -c "import openai, jsonschema" 2>/dev/null; then
-    echo "test-openai: installing the openai and jsonschema packages into $lib" >&2
-    packages=("openai>=1.40" "jsonschema>=4")
+if ! PYTHONPATH="$lib" python3 -c "import openai, anthropic, jsonschema, email_validator" \
+    2>/dev/null; then
+    echo "test-openai: installing the openai, anthropic and jsonschema packages into $lib" >&2
+    packages=("openai>=1.40" "anthropic>=0.40" "jsonschema>=4" "email-validator>=2")
     python3 -m pip install --quiet --disable-pip-version-check --target "$lib" "${packages[@]}" \
         >/dev/null 2>&1 || python3 -m pip install --quiet --disable-pip-version-check \
         --target "$lib" "${packages[@]}"
@@ -65,3 +67,4 @@ fi
 PYTHONPATH="$lib" python3 scripts/openai_client_test.py "$real/v1"
 PYTHONPATH="$lib" python3 scripts/openai_tools_test.py "$scripted/v1" "$real/v1" "${qwen[@]}"
 PYTHONPATH="$lib" python3 scripts/openai_structured_test.py "$real/v1" "$eagle3/v1" "$real/v1"
+PYTHONPATH="$lib" python3 scripts/anthropic_messages_test.py "$real" "$scripted"

@@ -23,6 +23,7 @@ mod lark;
 mod limits;
 mod pool;
 mod scan;
+mod schema_pass;
 mod spec;
 mod tools;
 mod vocab;
@@ -38,6 +39,7 @@ pub use compile::{CACHED_GRAMMARS, GrammarConfig, Grammars};
 pub use constraint::Grammar;
 pub use ebnf::ebnf_to_lark;
 pub use limits::*;
+pub use schema_pass::{close_objects, unique_items_paths};
 pub use spec::{GrammarSpec, JSON_MAX_WHITESPACE};
 pub use tools::{BareCalls, CallShape, OptionalCalls, StructuralTag, TaggedStructure};
 

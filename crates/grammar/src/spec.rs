@@ -31,6 +31,39 @@ pub enum GrammarSpec {
 }
 
 impl GrammarSpec {
+    /// Every JSON schema in the spec (the answer's, each function's parameters, each tagged
+    /// structure's).
+    pub fn schemas(&self) -> Vec<&Value> {
+        match self {
+            GrammarSpec::JsonSchema(schema) => vec![schema],
+            GrammarSpec::JsonObject | GrammarSpec::Regex(_) | GrammarSpec::Lark(_) => Vec::new(),
+            GrammarSpec::ToolCall(calls) => calls.iter().map(|c| &c.parameters).collect(),
+            GrammarSpec::OptionalToolCalls(spec) => {
+                let mut all: Vec<&Value> = spec.calls.iter().map(|c| &c.parameters).collect();
+                if let Some(bare) = &spec.bare {
+                    all.extend(bare.functions.iter().map(|(_, p)| p));
+                }
+                all.extend(&spec.answer);
+                all
+            }
+            GrammarSpec::StructuralTag(tag) => tag.structures.iter().map(|s| &s.schema).collect(),
+        }
+    }
+
+    /// What the spec asks for that its grammar does not enforce: the JSON pointers of the
+    /// arrays under `uniqueItems` (see [`crate::schema_pass`]), at most [`MAX_UNENFORCED`].
+    pub fn unenforced(&self) -> Vec<String> {
+        let mut all = Vec::new();
+        for schema in self.schemas() {
+            let most = MAX_UNENFORCED - all.len();
+            all.extend(
+                crate::schema_pass::unique_items_paths(schema, most)
+                    .into_iter()
+                    .map(|path| format!("uniqueItems at {path}")),
+            );
+        }
+        all
+    }
     /// The key compiled grammars are cached under, and what llguidance's grammar is made from
     /// (only on a miss). `control` gives the id of a control token spelled by a text (a
     /// tool-call marker may be one).
@@ -82,11 +115,18 @@ fn json_grammar(mut schema: Value) -> TopLevelGrammar {
 }
 
 /// Our JSON options, written into the schema (a schema that sets llguidance's own keeps them).
+/// `uniqueItems` is dropped and the formats validators check tightened here, where every schema passes before
+/// compiling (see [`crate::schema_pass`]).
 pub(crate) fn with_json_options(schema: &mut Value) {
+    crate::schema_pass::drop_unique_items(schema);
+    crate::schema_pass::validated_formats(schema);
     if schema.is_object() && schema.get("x-guidance").is_none() {
         json_options().apply_to(schema);
     }
 }
+
+/// The most unenforced keywords [`GrammarSpec::unenforced`] names (a response header lists them).
+pub const MAX_UNENFORCED: usize = 8;
 
 /// The longest run of whitespace between two JSON tokens: a newline and 15 spaces of
 /// indentation.

@@ -363,7 +363,7 @@ pub fn parse<T: FromBody>(body: Value) -> Result<T, FieldError> {
 }
 
 /// `T` from `de`, a mistake reported with its path.
-fn read<'de, T: Deserialize<'de>, D>(de: D) -> Result<T, FieldError>
+pub(crate) fn read<'de, T: Deserialize<'de>, D>(de: D) -> Result<T, FieldError>
 where
     D: Deserializer<'de, Error = serde_json::Error>,
 {

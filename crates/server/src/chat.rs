@@ -5,11 +5,11 @@
 use crate::Shared;
 use crate::error::ApiError;
 use crate::generate::{Generation, ParseSpec, TokenInfo};
-use crate::params;
+use crate::params::{self, GenParams};
 use crate::parsers::{Output, ToolFormat};
 use crate::request::{blocking, check_length, check_prompt_bytes, read_request};
-use crate::respond::{StreamFormat, random_id, respond, to_json};
-use crate::response_format;
+use crate::respond::{Finish, SseChunk, StreamFormat, random_id, respond, to_json};
+use crate::response_format::{self, Compiled};
 use crate::responses;
 use crate::tool_request::{self, ToolRequest};
 use axum::body::Bytes;
@@ -27,77 +27,139 @@ pub(crate) async fn chat(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let mut request: ChatCompletionRequest = read_request(&state, body)?;
-    let mut params = params::for_chat(&request, state.model().tokenizer.vocab_size())?;
-    let output_format = response_format::parse(&request.generation)?;
-    let messages = match request.messages.take() {
-        Some(m) if !m.is_empty() => m,
-        Some(_) => return Err(ApiError::invalid("messages", "`messages` is empty")),
-        None => return Err(ApiError::invalid("messages", "`messages` is required")),
-    };
-    // Text that cannot fit the context however it is tokenized is refused before rendering.
-    check_prompt_bytes(&state, text_bytes(&messages), "messages")?;
-    let (opts, enable_thinking) = template_options(&request)?;
-    let separate_reasoning = request.separate_reasoning.unwrap_or(true);
-    let tools = ToolRequest::parse(&request)?;
-    drop(request);
-    tool_request::check_history(&messages)?;
-    if tools.forced().is_some() && state.tool_parser.is_none() {
-        return Err(ApiError::invalid(
-            "tool_choice",
-            "`tool_choice` required or a named function needs the server started with --tool-call-parser",
-        ));
-    }
-    // Without a parser, a template that cannot take tools still gets them, in Hermes' syntax.
-    let format = state.tool_parser.unwrap_or(ToolFormat::Hermes);
-    let opening = tools
-        .forced()
-        .map(|name| format.forced_opening(name))
-        .unwrap_or_default();
-    // A forced call is generated under its grammar (the answer is the call, not text), and so
-    // are the calls of strict functions.
-    let grammar = tools.grammar(state.tool_parser, output_format)?;
-    params.constraint = response_format::compile(&state, grammar).await?;
-    let tool_spec = state.tool_parser.filter(|_| tools.offered()).map(|f| {
-        let most = if tools.parallel { usize::MAX } else { 1 };
-        (f, most, tools.names())
-    });
-    let prompt = Prompt {
-        messages,
-        opts,
-        tools,
-        format,
-        prefill: opening.clone(),
-    };
-    let (prompt, text) = prompt.render(&state).await?;
-    check_length(&state, &prompt, &params)?;
-    let parse = ParseSpec {
-        // A forced call's opening ends the prompt: no thought comes before it.
-        reasoning: state
-            .reasoning_parser
-            .filter(|_| separate_reasoning && opening.is_empty())
-            .map(|f| (f, f.starts_inside(&text, enable_thinking))),
-        tools: tool_spec,
-        prefill: opening,
-    };
-    let generation = Generation::start(state.clone(), vec![prompt], &params, &parse, started)?;
+    let request: ChatCompletionRequest = read_request(&state, body)?;
+    let run = ChatRun::start(&state, request, started).await?;
     let id = format!("chatcmpl-{}", random_id());
+    let logprobs = run.params.logprobs.is_some();
     let format = ChatStream {
         state: state.clone(),
         id: id.clone(),
-        logprobs: params.logprobs.is_some(),
+        logprobs,
     };
-    respond(generation, &params, format, |results, usage| {
+    respond(run.generation, &run.params, format, |results, usage| {
         responses::chat_completion(
             &id,
             &state.served_model_name,
             &state.model().tokenizer,
             results,
             usage,
-            params.logprobs.is_some(),
+            logprobs,
         )
     })
     .await
+    .map(|r| Compiled::mark(&run.unenforced, r))
+}
+
+/// A chat request under way: its generation, its parameters, and what of its output language
+/// is not enforced. Chat completions, Anthropic's Messages and the Responses API each start one
+/// and shape its output their own way.
+pub(crate) struct ChatRun {
+    pub generation: Generation,
+    pub params: GenParams,
+    pub unenforced: Vec<String>,
+    /// The prompt's tokens.
+    pub prompt_tokens: usize,
+}
+
+impl ChatRun {
+    /// Checks `request`, renders and tokenizes its prompt, compiles its grammar and queues it.
+    pub(crate) async fn start(
+        state: &Shared,
+        request: ChatCompletionRequest,
+        started: Instant,
+    ) -> Result<Self, ApiError> {
+        let prepared = PreparedChat::new(state, request).await?;
+        check_length(state, &prepared.prompt, &prepared.params)?;
+        let prompt_tokens = prepared.prompt.len();
+        let generation = Generation::start(
+            state.clone(),
+            vec![prepared.prompt],
+            &prepared.params,
+            &prepared.parse,
+            started,
+        )?;
+        Ok(Self {
+            generation,
+            params: prepared.params,
+            unenforced: prepared.unenforced,
+            prompt_tokens,
+        })
+    }
+}
+
+/// A chat request checked, its prompt rendered and tokenized and its grammar compiled, not yet
+/// queued (Anthropic's `count_tokens` stops here).
+pub(crate) struct PreparedChat {
+    pub prompt: Vec<u32>,
+    params: GenParams,
+    parse: ParseSpec,
+    unenforced: Vec<String>,
+}
+
+impl PreparedChat {
+    pub(crate) async fn new(
+        state: &Shared,
+        mut request: ChatCompletionRequest,
+    ) -> Result<Self, ApiError> {
+        let mut params = params::for_chat(&request, state.model().tokenizer.vocab_size())?;
+        let output_format = response_format::parse(&request.generation)?;
+        let messages = match request.messages.take() {
+            Some(m) if !m.is_empty() => m,
+            Some(_) => return Err(ApiError::invalid("messages", "`messages` is empty")),
+            None => return Err(ApiError::invalid("messages", "`messages` is required")),
+        };
+        // Text that cannot fit the context however it is tokenized is refused before rendering.
+        check_prompt_bytes(state, text_bytes(&messages), "messages")?;
+        let (opts, enable_thinking) = template_options(&request)?;
+        let separate_reasoning = request.separate_reasoning.unwrap_or(true);
+        let tools = ToolRequest::parse(&request)?;
+        drop(request);
+        tool_request::check_history(&messages)?;
+        if tools.forced().is_some() && state.tool_parser.is_none() {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "`tool_choice` required or a named function needs the server started with --tool-call-parser",
+            ));
+        }
+        // Without a parser, a template that cannot take tools still gets them, in Hermes' syntax.
+        let format = state.tool_parser.unwrap_or(ToolFormat::Hermes);
+        let opening = tools
+            .forced()
+            .map(|name| format.forced_opening(name))
+            .unwrap_or_default();
+        // A forced call is generated under its grammar (the answer is the call, not text), and
+        // so are the calls of strict functions.
+        let grammar = tools.grammar(state.tool_parser, output_format)?;
+        let compiled = response_format::compile(state, grammar).await?;
+        params.constraint = compiled.constraint;
+        let tool_spec = state.tool_parser.filter(|_| tools.offered()).map(|f| {
+            let most = if tools.parallel { usize::MAX } else { 1 };
+            (f, most, tools.names())
+        });
+        let prompt = Prompt {
+            messages,
+            opts,
+            tools,
+            format,
+            prefill: opening.clone(),
+        };
+        let (prompt, text) = prompt.render(state).await?;
+        let parse = ParseSpec {
+            // A forced call's opening ends the prompt: no thought comes before it.
+            reasoning: state
+                .reasoning_parser
+                .filter(|_| separate_reasoning && opening.is_empty())
+                .map(|f| (f, f.starts_inside(&text, enable_thinking))),
+            tools: tool_spec,
+            prefill: opening,
+        };
+        Ok(Self {
+            prompt,
+            params,
+            parse,
+            unenforced: compiled.unenforced,
+        })
+    }
 }
 
 /// The bytes of every string in `messages` (walked without recursion).
@@ -197,11 +259,12 @@ impl ChatStream {
         delta: Delta,
         finish: Option<&str>,
         logprobs: Option<Value>,
-    ) -> String {
+    ) -> SseChunk {
         let model = &self.state.served_model_name;
         to_json(&responses::chat_chunk(
             &self.id, model, index, delta, finish, logprobs,
         ))
+        .into()
     }
 }
 
@@ -247,7 +310,7 @@ fn delta_of(piece: Output) -> Option<Delta> {
 }
 
 impl StreamFormat for ChatStream {
-    fn opening(&mut self, choices: usize) -> Vec<String> {
+    fn opening(&mut self, choices: usize) -> Vec<SseChunk> {
         (0..choices)
             .map(|i| {
                 let delta = Delta {
@@ -260,7 +323,7 @@ impl StreamFormat for ChatStream {
             .collect()
     }
 
-    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String> {
+    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<SseChunk> {
         let mut logprobs = (self.logprobs && !tokens.is_empty()).then(
             || json!({"content": responses::chat_logprobs(&self.state.model().tokenizer, tokens)}),
         );
@@ -278,18 +341,21 @@ impl StreamFormat for ChatStream {
             .collect()
     }
 
-    fn done(&mut self, index: usize, finish: &str) -> String {
-        self.chunk(index, Delta::default(), Some(finish), None)
+    fn done(&mut self, index: usize, finish: Finish) -> Vec<SseChunk> {
+        vec![self.chunk(index, Delta::default(), Some(finish.reason), None)]
     }
 
-    fn usage(&self, usage: protocol::Usage) -> String {
-        to_json(&ChatCompletionChunk {
-            id: self.id.clone(),
-            object: "chat.completion.chunk".into(),
-            created: responses::now_secs(),
-            model: self.state.served_model_name.clone(),
-            choices: Vec::new(),
-            usage: Some(usage),
-        })
+    fn usage(&mut self, usage: protocol::Usage) -> Vec<SseChunk> {
+        vec![
+            to_json(&ChatCompletionChunk {
+                id: self.id.clone(),
+                object: "chat.completion.chunk".into(),
+                created: responses::now_secs(),
+                model: self.state.served_model_name.clone(),
+                choices: Vec::new(),
+                usage: Some(usage),
+            })
+            .into(),
+        ]
     }
 }

@@ -7,8 +7,8 @@ use crate::generate::{Generation, ParseSpec, TokenInfo};
 use crate::params::{self, GenParams, MAX_N};
 use crate::parsers::Output;
 use crate::request::{blocking, check_length, check_prompt_bytes, read_request};
-use crate::respond::{StreamFormat, random_id, respond, to_json};
-use crate::response_format;
+use crate::respond::{Finish, SseChunk, StreamFormat, random_id, respond, to_json};
+use crate::response_format::{self, Compiled};
 use crate::responses::{self, ChoiceResult};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -29,7 +29,9 @@ pub(crate) async fn completions(
     let mut params = params::for_completion(&request, vocab)?;
     let extras = Extras::parse(&request, &mut params)?;
     let format = response_format::parse(&request.generation)?;
-    params.constraint = response_format::compile(&state, format).await?;
+    let compiled = response_format::compile(&state, format).await?;
+    params.constraint = compiled.constraint;
+    let unenforced = compiled.unenforced;
     let prompts = prompts(request.prompt.take().map(|p| p.0), vocab)?;
     drop(request);
     crate::generate::check_sequences(&state.model().engine, prompts.len(), params.n)?;
@@ -79,6 +81,7 @@ pub(crate) async fn completions(
         )
     })
     .await
+    .map(|r| Compiled::mark(&unenforced, r))
 }
 
 /// The fields only completions have: `echo`, `best_of` and `suffix`.
@@ -235,7 +238,7 @@ struct CompletionStream {
 }
 
 impl StreamFormat for CompletionStream {
-    fn opening(&mut self, choices: usize) -> Vec<String> {
+    fn opening(&mut self, choices: usize) -> Vec<SseChunk> {
         self.offsets = vec![0; choices];
         if self.echoed.is_empty() {
             return Vec::new();
@@ -248,11 +251,12 @@ impl StreamFormat for CompletionStream {
                 to_json(&responses::completion_chunk(
                     &self.id, model, i, text, None, None,
                 ))
+                .into()
             })
             .collect()
     }
 
-    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String> {
+    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<SseChunk> {
         let text: String = pieces
             .into_iter()
             .filter_map(|p| match p {
@@ -269,31 +273,40 @@ impl StreamFormat for CompletionStream {
             .then(|| responses::completion_logprobs(tok, tokens, self.offsets[index]));
         self.offsets[index] += text.len();
         let model = &self.state.served_model_name;
-        vec![to_json(&responses::completion_chunk(
-            &self.id, model, index, text, None, logprobs,
-        ))]
+        vec![
+            to_json(&responses::completion_chunk(
+                &self.id, model, index, text, None, logprobs,
+            ))
+            .into(),
+        ]
     }
 
-    fn done(&mut self, index: usize, finish: &str) -> String {
+    fn done(&mut self, index: usize, finish: Finish) -> Vec<SseChunk> {
         let model = &self.state.served_model_name;
-        to_json(&responses::completion_chunk(
-            &self.id,
-            model,
-            index,
-            String::new(),
-            Some(finish),
-            None,
-        ))
+        vec![
+            to_json(&responses::completion_chunk(
+                &self.id,
+                model,
+                index,
+                String::new(),
+                Some(finish.reason),
+                None,
+            ))
+            .into(),
+        ]
     }
 
-    fn usage(&self, usage: protocol::Usage) -> String {
-        to_json(&protocol::Completion {
-            id: self.id.clone(),
-            object: "text_completion".into(),
-            created: responses::now_secs(),
-            model: self.state.served_model_name.clone(),
-            choices: Vec::new(),
-            usage: Some(usage),
-        })
+    fn usage(&mut self, usage: protocol::Usage) -> Vec<SseChunk> {
+        vec![
+            to_json(&protocol::Completion {
+                id: self.id.clone(),
+                object: "text_completion".into(),
+                created: responses::now_secs(),
+                model: self.state.served_model_name.clone(),
+                choices: Vec::new(),
+                usage: Some(usage),
+            })
+            .into(),
+        ]
     }
 }

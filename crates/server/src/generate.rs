@@ -99,8 +99,13 @@ pub enum Update {
         pieces: Vec<Output>,
         tokens: Vec<TokenInfo>,
     },
-    /// Choice `index` is complete.
-    Done { index: usize, finish: &'static str },
+    /// Choice `index` is complete (`finish`: `stop`, `length`, `tool_calls`), ended by the stop
+    /// string `stop_sequence` if one did.
+    Done {
+        index: usize,
+        finish: &'static str,
+        stop_sequence: Option<String>,
+    },
     /// The engine failed; the request ends.
     Failed(ApiError),
 }
@@ -412,7 +417,12 @@ impl Generation {
             finish = "tool_calls";
         }
         self.choices[index].finish = Some(finish);
-        self.queue.push_back(Update::Done { index, finish });
+        let stop_sequence = self.choices[index].stop.matched().map(str::to_string);
+        self.queue.push_back(Update::Done {
+            index,
+            finish,
+            stop_sequence,
+        });
         if self.choices.iter().all(|c| c.finish.is_some()) {
             let outcome = if self.choices[0].finish == Some("length") {
                 Outcome::Length

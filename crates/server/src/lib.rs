@@ -19,6 +19,7 @@ mod golden;
 mod health;
 mod info;
 pub mod listener;
+mod messages;
 pub mod metrics;
 mod params;
 pub mod parsers;

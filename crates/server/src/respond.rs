@@ -1,5 +1,6 @@
 //! What every generating route answers with: the whole response once the generation ends, or
-//! its events streamed as SSE in the route's [`StreamFormat`], then the usage chunk and `[DONE]`.
+//! its events streamed as SSE in the route's [`StreamFormat`] (OpenAI's: `data:` chunks, the
+//! usage chunk and `[DONE]`; Anthropic's and the Responses API's: named events).
 
 use crate::error::ApiError;
 use crate::generate::{Generation, TokenInfo, Update};
@@ -11,15 +12,56 @@ use axum::response::{IntoResponse, Response};
 use std::convert::Infallible;
 use tokio::sync::mpsc;
 
-/// How an endpoint renders a streamed generation's events as `data:` payloads.
+/// One server-sent event: its `event:` name, if it has one, and its `data:`.
+pub(crate) struct SseChunk {
+    pub event: Option<&'static str>,
+    pub data: String,
+}
+
+impl SseChunk {
+    /// A named event whose data is `body` as JSON.
+    pub(crate) fn named<T: serde::Serialize>(event: &'static str, body: &T) -> Self {
+        Self {
+            event: Some(event),
+            data: to_json(body),
+        }
+    }
+}
+
+impl From<String> for SseChunk {
+    fn from(data: String) -> Self {
+        Self { event: None, data }
+    }
+}
+
+/// How a choice ended: the finish reason (`stop`, `length`, `tool_calls`) and the stop string
+/// that ended it, if one did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finish<'a> {
+    pub reason: &'a str,
+    pub stop_sequence: Option<&'a str>,
+}
+
+/// How an endpoint renders a streamed generation's events.
 pub(crate) trait StreamFormat: Send + 'static {
     /// Chunks before any text (chat: each choice's assistant role).
-    fn opening(&mut self, choices: usize) -> Vec<String>;
+    fn opening(&mut self, choices: usize) -> Vec<SseChunk>;
     /// Chunks for new output of choice `index` and the tokens that made it.
-    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<String>;
-    fn done(&mut self, index: usize, finish: &str) -> String;
-    /// The final chunk with `usage` and no choices.
-    fn usage(&self, usage: protocol::Usage) -> String;
+    fn output(&mut self, index: usize, pieces: Vec<Output>, tokens: &[TokenInfo]) -> Vec<SseChunk>;
+    fn done(&mut self, index: usize, finish: Finish) -> Vec<SseChunk>;
+    /// The last chunks, with `usage` (sent when the client asked for usage, or
+    /// [`StreamFormat::USAGE_ALWAYS`]).
+    fn usage(&mut self, usage: protocol::Usage) -> Vec<SseChunk>;
+    /// Whether the usage chunks are sent whatever the request asked.
+    const USAGE_ALWAYS: bool = false;
+    /// An error that ends the stream.
+    fn error(&self, e: &ApiError) -> SseChunk {
+        to_json(&e.body()).into()
+    }
+    /// The stream's last event, after the usage.
+    fn end(&self) -> Option<SseChunk> {
+        Some("[DONE]".to_string().into())
+    }
 }
 
 /// The response to a generation: streamed in `format`, or collected whole and shaped by
@@ -56,21 +98,28 @@ async fn collect(
                 }
                 results[index].tokens.extend(tokens);
             }
-            Update::Done { index, finish } => results[index].finish = Some(finish),
+            Update::Done {
+                index,
+                finish,
+                stop_sequence,
+            } => {
+                results[index].finish = Some(finish);
+                results[index].stop_sequence = stop_sequence;
+            }
             Update::Failed(e) => return Err(e),
         }
     }
     Ok((results, generation.usage()))
 }
 
-/// Streams a generation as SSE in `format`, then the usage chunk (if asked) and `[DONE]`. A client
-/// that goes away closes the channel, which drops the generation and aborts it.
-fn stream(
+/// Streams a generation as SSE in `format`, then the usage chunks (if asked) and the end. A
+/// client that goes away closes the channel, which drops the generation and aborts it.
+fn stream<F: StreamFormat>(
     mut generation: Generation,
     include_usage: bool,
-    mut format: impl StreamFormat,
+    mut format: F,
 ) -> Response {
-    let (tx, rx) = mpsc::channel::<String>(64);
+    let (tx, rx) = mpsc::channel::<SseChunk>(64);
     tokio::spawn(async move {
         for chunk in format.opening(generation.choices()) {
             if tx.send(chunk).await.is_err() {
@@ -89,9 +138,19 @@ fn stream(
                     pieces,
                     tokens,
                 }) => format.output(index, pieces, &tokens),
-                Some(Update::Done { index, finish }) => vec![format.done(index, finish)],
+                Some(Update::Done {
+                    index,
+                    finish,
+                    stop_sequence,
+                }) => {
+                    let finish = Finish {
+                        reason: finish,
+                        stop_sequence: stop_sequence.as_deref(),
+                    };
+                    format.done(index, finish)
+                }
                 Some(Update::Failed(e)) => {
-                    let _ = tx.send(to_json(&e.body())).await;
+                    let _ = tx.send(format.error(&e)).await;
                     return;
                 }
             };
@@ -101,21 +160,31 @@ fn stream(
                 }
             }
         }
-        if include_usage {
-            let _ = tx.send(format.usage(generation.usage())).await;
+        if include_usage || F::USAGE_ALWAYS {
+            for chunk in format.usage(generation.usage()) {
+                if tx.send(chunk).await.is_err() {
+                    return;
+                }
+            }
         }
-        let _ = tx.send("[DONE]".into()).await;
+        if let Some(end) = format.end() {
+            let _ = tx.send(end).await;
+        }
     });
     sse(rx)
 }
 
 /// An SSE response whose events come from `rx`; when the client goes away the body is dropped,
 /// `rx` with it, and the producer sees its channel closed.
-fn sse(rx: mpsc::Receiver<String>) -> Response {
+fn sse(rx: mpsc::Receiver<SseChunk>) -> Response {
     let events = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|data| (Ok::<_, Infallible>(Event::default().data(data)), rx))
+        rx.recv().await.map(|chunk| {
+            let mut event = Event::default().data(chunk.data);
+            if let Some(name) = chunk.event {
+                event = event.event(name);
+            }
+            (Ok::<_, Infallible>(event), rx)
+        })
     });
     Sse::new(events).into_response()
 }

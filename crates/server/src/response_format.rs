@@ -6,6 +6,8 @@
 use crate::Shared;
 use crate::error::ApiError;
 use crate::request::blocking;
+use axum::http::HeaderValue;
+use axum::response::Response;
 use grammar::{GrammarError, GrammarSpec, StructuralTag, TaggedStructure};
 use model::sampler::TokenConstraint;
 use protocol::request::{GenerationFields, ResponseFormat};
@@ -55,8 +57,15 @@ fn response_format(format: &ResponseFormat) -> Result<Option<GrammarSpec>, ApiEr
                     "`response_format.json_schema` must be an object with a `schema`",
                 ));
             };
+            // OpenAI's strict mode allows no key the schema does not name.
+            let strict = spec.strict == Some(true);
             schema(spec.schema.as_ref())
-                .map(|s| Some(GrammarSpec::JsonSchema(s)))
+                .map(|mut s| {
+                    if strict {
+                        grammar::close_objects(&mut s);
+                    }
+                    Some(GrammarSpec::JsonSchema(s))
+                })
                 .ok_or_else(|| {
                     ApiError::invalid(P, "`json_schema.schema` must be a JSON Schema object")
                 })
@@ -126,10 +135,10 @@ fn structural_tag(format: &ResponseFormat) -> Result<StructuralTag, ApiError> {
 pub(crate) async fn compile(
     state: &Shared,
     spec: Option<GrammarSpec>,
-) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
+) -> Result<Compiled, ApiError> {
     // Scripted output (a test mode) writes its tokens whatever a grammar says.
     let Some(spec) = spec.filter(|_| state.script.is_none()) else {
-        return Ok(None);
+        return Ok(Compiled::default());
     };
     let state = state.clone();
     blocking(move || {
@@ -137,11 +146,45 @@ pub(crate) async fn compile(
             ApiError::bad_request(format!("structured outputs are not available: {e}"))
         })?;
         match grammars.compile(&spec) {
-            Ok(g) => Ok(Some(Box::new(g) as Box<dyn TokenConstraint>)),
+            Ok(g) => Ok(Compiled {
+                constraint: Some(Box::new(g)),
+                unenforced: spec.unenforced(),
+            }),
             Err(e) => Err(grammar_error(param_of(&spec), e)),
         }
     })
     .await
+}
+
+/// A request's compiled output language, and what of it the grammar does not enforce.
+#[derive(Default)]
+pub(crate) struct Compiled {
+    pub constraint: Option<Box<dyn TokenConstraint>>,
+    /// Keywords accepted best-effort (`uniqueItems at /properties/tags`): the response says so
+    /// in [`UNENFORCED_HEADER`].
+    pub unenforced: Vec<String>,
+}
+
+/// The response header that names what of a schema the output was not held to.
+pub(crate) const UNENFORCED_HEADER: &str = "x-specula-unenforced";
+
+impl Compiled {
+    /// `response` with [`UNENFORCED_HEADER`] when something is not enforced (non-ASCII in a
+    /// property's name escaped, as a header allows only ASCII).
+    pub(crate) fn mark(notes: &[String], mut response: Response) -> Response {
+        if notes.is_empty() {
+            return response;
+        }
+        let text: String = notes
+            .join("; ")
+            .chars()
+            .flat_map(char::escape_default)
+            .collect();
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().insert(UNENFORCED_HEADER, value);
+        }
+        response
+    }
 }
 
 /// The request parameter a spec comes from.

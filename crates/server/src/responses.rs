@@ -69,6 +69,8 @@ pub struct ChoiceResult {
     pub reasoning: String,
     pub tool_calls: Vec<ToolCall>,
     pub finish: Option<&'static str>,
+    /// The stop string that ended it, if one did.
+    pub stop_sequence: Option<String>,
     pub tokens: Vec<TokenInfo>,
 }
 

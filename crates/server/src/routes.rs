@@ -1,4 +1,5 @@
 //! The route table: `/v1/chat/completions` (`chat.rs`), `/v1/completions` (`completions.rs`),
+//! Anthropic's `/v1/messages` and `/v1/messages/count_tokens` (`messages.rs`),
 //! `/v1/models` and `/v1/models/{id}`, `/tokenize` and `/detokenize` (`tokenize.rs`, also under
 //! `/v1/`), `/flush_cache`, `/health` and `/health_generate` (`health.rs`), `/server_info`
 //! and `/metrics` (`info.rs`); `/v1/*` behind the API key when there is one, and everything else
@@ -10,6 +11,7 @@ use crate::completions::completions;
 use crate::error::ApiError;
 use crate::health::{health, health_generate};
 use crate::info::{metrics, server_info};
+use crate::messages::{count_tokens, messages};
 use crate::request::not_ready;
 use crate::tokenize::{detokenize, tokenize};
 use crate::{Phase, Shared};
@@ -30,6 +32,7 @@ pub fn router(state: Shared) -> Router {
     let generating = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/messages", post(messages))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             budget::reserve_memory,
@@ -39,6 +42,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/models", get(models))
         // A catch-all: served names may hold slashes (`org/model`).
         .route("/v1/models/{*id}", get(model))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/tokenize", post(tokenize))
         .route("/v1/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
@@ -110,17 +114,19 @@ async fn not_found(req: Request) -> ApiError {
     )
 }
 
+/// Anthropic's API key header.
+const X_API_KEY: header::HeaderName = header::HeaderName::from_static("x-api-key");
+
 async fn require_api_key(State(state): State<Shared>, req: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+        // OpenAI's clients send a bearer token, Anthropic's an `x-api-key` header.
+        let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+        let bearer = header(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "));
+        let given = bearer.or_else(|| header(X_API_KEY));
         if given != Some(key.as_str()) {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "a valid API key is required (Authorization: Bearer <key>)",
+                "a valid API key is required (Authorization: Bearer <key>, or x-api-key: <key>)",
             )
             .into_response();
         }

@@ -8,6 +8,8 @@ pub struct StopText {
     text: String,
     /// Bytes of `text` already released.
     released: usize,
+    /// The stop string that matched, once one has.
+    matched: Option<usize>,
 }
 
 impl StopText {
@@ -28,9 +30,11 @@ impl StopText {
         let hit = self
             .stops
             .iter()
-            .filter_map(|s| self.text[from..].find(s.as_str()).map(|i| from + i))
+            .enumerate()
+            .filter_map(|(k, s)| self.text[from..].find(s.as_str()).map(|i| (from + i, k)))
             .min();
-        if let Some(end) = hit {
+        if let Some((end, k)) = hit {
+            self.matched = Some(k);
             self.text.truncate(end);
             self.released = end;
             return (self.text[from..end].to_string(), true);
@@ -39,6 +43,11 @@ impl StopText {
         let end = self.text.len() - hold;
         self.released = end;
         (self.text[from..end].to_string(), false)
+    }
+
+    /// The stop string that ended the text, if one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|k| self.stops[k].as_str())
     }
 
     /// Bytes at the end of the text that begin some stop string.
@@ -97,6 +106,15 @@ mod tests {
         assert_eq!(text, "Hello ");
         // Nothing of "E" went out before the match was certain.
         assert_eq!(out[0], "Hello ");
+    }
+
+    #[test]
+    fn the_stop_string_that_matched_is_known() {
+        let mut s = StopText::new(vec!["b".into(), "éé".into()]);
+        assert!(!s.push("aé").1);
+        assert_eq!(s.matched(), None);
+        assert!(s.push("é b").1);
+        assert_eq!(s.matched(), Some("éé"));
     }
 
     #[test]

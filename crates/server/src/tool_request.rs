@@ -262,12 +262,19 @@ fn tool_name(tool: &Tool) -> &str {
 }
 
 /// A function's parameter schema (any object when it has none).
+/// The arguments' schema the grammar holds them to; a strict function's objects are closed
+/// (OpenAI's strict mode).
 fn parameters(tool: &Tool) -> Value {
-    tool.function
+    let mut schema = tool
+        .function
         .parameters
         .clone()
         .map(Value::Object)
-        .unwrap_or_else(|| json!({"type": "object"}))
+        .unwrap_or_else(|| json!({"type": "object"}));
+    if tool.function.strict == Some(true) {
+        grammar::close_objects(&mut schema);
+    }
+    schema
 }
 
 /// OpenAI's rules for a tool the JSON shape of which is right.
@@ -426,7 +433,12 @@ mod tests {
                 "\n{\"name\": \"get_time\", \"arguments\": "
             ]
         );
-        assert_eq!(g.calls[1].parameters, json!({"type": "object"}));
+        // A strict function's objects are closed (OpenAI's strict mode); the others are not.
+        assert_eq!(
+            g.calls[1].parameters,
+            json!({"type": "object", "additionalProperties": false})
+        );
+        assert!(g.calls[0].parameters.get("additionalProperties").is_none());
         assert_eq!(g.bare.map(|b| b.functions.len()), Some(2));
         let e = r
             .grammar(

@@ -458,6 +458,38 @@ async fn bad_requests_get_openai_errors_with_the_right_status() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
+    // Anthropic's clients send the key as `x-api-key`, and get Anthropic's error shapes.
+    let count = s.url("/v1/messages/count_tokens");
+    let body = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let r = client().post(&count).json(&body).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let r = client()
+        .post(&count)
+        .header("x-api-key", "sekrit")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["input_tokens"].as_u64().unwrap() > 1, "{v}");
+    let r = client()
+        .post(s.url("/v1/messages"))
+        .header("x-api-key", "sekrit")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens")
+    );
     let r = client().get(s.url("/health")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let r = client()
