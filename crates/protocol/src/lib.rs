@@ -1,12 +1,14 @@
 //! OpenAI wire types, shared by the server, the benchmark client and the mock server: the
-//! generating routes' typed requests (`request`), Anthropic's Messages API (`anthropic`), and
-//! chat messages, responses and stream chunks, usage, models and the error body.
+//! generating routes' typed requests (`request`), Anthropic's Messages API (`anthropic`), the
+//! Responses API's request (`responses_api`), and chat messages, responses and stream chunks,
+//! usage, models and the error body.
 //!
 //! Only serde types live here (no I/O). Clients write requests as JSON, their messages as
 //! [`ChatMessage`], which keeps its other fields (`tool_calls`, `name`, ...) in `extra`.
 
 pub mod anthropic;
 pub mod request;
+pub mod responses_api;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

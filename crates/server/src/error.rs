@@ -60,7 +60,7 @@ impl ApiError {
     }
 
     /// OpenAI's `type` for the status.
-    fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self.status {
             StatusCode::UNAUTHORIZED => "authentication_error",
             StatusCode::NOT_FOUND => "not_found_error",

@@ -26,7 +26,9 @@ pub mod parsers;
 mod request;
 mod respond;
 mod response_format;
+mod response_store;
 mod responses;
+mod responses_api;
 mod routes;
 pub mod script;
 pub mod stop;
@@ -122,6 +124,8 @@ pub struct AppState {
     pub reasoning_parser: Option<ReasoningFormat>,
     /// Test-only scripted model output (`--scripted-output`).
     pub script: Option<Script>,
+    /// The Responses API's stored responses.
+    pub responses: response_store::ResponseStore,
     phase: AtomicU8,
     created: u64,
 }
@@ -151,6 +155,7 @@ impl AppState {
             tool_parser: None,
             reasoning_parser: None,
             script: None,
+            responses: response_store::ResponseStore::default(),
             phase: AtomicU8::new(Phase::Loading as u8),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

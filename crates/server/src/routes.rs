@@ -1,5 +1,6 @@
 //! The route table: `/v1/chat/completions` (`chat.rs`), `/v1/completions` (`completions.rs`),
-//! Anthropic's `/v1/messages` and `/v1/messages/count_tokens` (`messages.rs`),
+//! Anthropic's `/v1/messages` and `/v1/messages/count_tokens` (`messages.rs`), the Responses
+//! API's `/v1/responses` and `/v1/responses/{id}` (`responses_api/`),
 //! `/v1/models` and `/v1/models/{id}`, `/tokenize` and `/detokenize` (`tokenize.rs`, also under
 //! `/v1/`), `/flush_cache`, `/health` and `/health_generate` (`health.rs`), `/server_info`
 //! and `/metrics` (`info.rs`); `/v1/*` behind the API key when there is one, and everything else
@@ -13,6 +14,7 @@ use crate::health::{health, health_generate};
 use crate::info::{metrics, server_info};
 use crate::messages::{count_tokens, messages};
 use crate::request::not_ready;
+use crate::responses_api;
 use crate::tokenize::{detokenize, tokenize};
 use crate::{Phase, Shared};
 use axum::Router;
@@ -33,6 +35,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/messages", post(messages))
+        .route("/v1/responses", post(responses_api::create))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             budget::reserve_memory,
@@ -43,6 +46,10 @@ pub fn router(state: Shared) -> Router {
         // A catch-all: served names may hold slashes (`org/model`).
         .route("/v1/models/{*id}", get(model))
         .route("/v1/messages/count_tokens", post(count_tokens))
+        .route(
+            "/v1/responses/{id}",
+            get(responses_api::retrieve).delete(responses_api::delete),
+        )
         .route("/tokenize", post(tokenize))
         .route("/v1/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
