@@ -165,6 +165,14 @@ def qwen(url):
           and [(v[1], json.loads(v[2])) for v in scalls.values()] == got,
           f"qwen fenced streamed {content!r} {scalls}")
 
+    # The Responses API: the same call as a function_call item (its tools strict by default).
+    tools = [{"type": "function", **t["function"]} for t in TOOLS]
+    r = client.responses.create(model=model, input="What is the weather in Paris?", tools=tools,
+                                temperature=0)
+    got = [(i.name, json.loads(i.arguments)) for i in r.output if i.type == "function_call"]
+    check(r.status == "completed" and got == [("get_weather", {"city": "Paris"})],
+          f"qwen responses: {r.output}")
+
     messages.append(m.model_dump(exclude_none=True))
     for t in calls:
         messages.append({"role": "tool", "tool_call_id": t.id, "content": run_tool(t)})

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The official `openai` and `anthropic` Python packages against `specula serve`
 # (scripts/openai_client_test.py, scripts/openai_tools_test.py, scripts/openai_structured_test.py,
-# scripts/openai_responses_test.py, scripts/anthropic_messages_test.py). Installs the packages (and `jsonschema`, and
+# scripts/openai_responses_test.py, scripts/openai_embeddings_test.py,
+# scripts/anthropic_messages_test.py). Installs the packages (and `jsonschema`, and
 # `email-validator` for Pydantic's EmailStr) into target/pylib-openai on first use (pip --target:
 # no virtualenv needed), starts three servers on free loopback ports (the real default model with the tool-call and
 # reasoning parsers on, the same with its output scripted, the same with EAGLE-3 speculation) and
@@ -69,3 +70,4 @@ PYTHONPATH="$lib" python3 scripts/openai_tools_test.py "$scripted/v1" "$real/v1"
 PYTHONPATH="$lib" python3 scripts/openai_structured_test.py "$real/v1" "$eagle3/v1" "$real/v1"
 PYTHONPATH="$lib" python3 scripts/anthropic_messages_test.py "$real" "$scripted"
 PYTHONPATH="$lib" python3 scripts/openai_responses_test.py "$real/v1" "$scripted/v1"
+PYTHONPATH="$lib" python3 scripts/openai_embeddings_test.py "$real/v1"

@@ -23,13 +23,14 @@ pub(crate) struct Forward {
 }
 
 /// Runs `plan` on `target`: the tier copies, then one batched pass (capturing the speculator's
-/// layers for the sequences it drafts); `scheduler` names the entries a failed copy loses.
+/// layers for the sequences it drafts; the final hidden state, not logits, for the sequences
+/// `embeds` names); `scheduler` names the entries a failed copy loses.
 pub(crate) fn forward(
     target: &mut dyn Target,
     tiers: &mut Tiers,
     scheduler: &Scheduler,
     speculator: Option<&Speculator>,
-    plan: &StepPlan,
+    (plan, embeds): (&StepPlan, &dyn Fn(SeqId) -> bool),
 ) -> Forward {
     let unreadable = tiers.copy_all(target, &plan.copies);
     let lost = scheduler.holders(&unreadable);
@@ -46,6 +47,8 @@ pub(crate) fn forward(
                 blocks: &input.blocks,
                 logits: if draft.is_some() {
                     LogitsFor::All
+                } else if b.logits && embeds(b.id) {
+                    LogitsFor::Hidden
                 } else if b.logits {
                     LogitsFor::Last
                 } else {

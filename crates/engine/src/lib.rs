@@ -109,6 +109,10 @@ pub struct GenerateRequest {
     /// Structured output: the grammar every token obeys, in its start state (each request and
     /// choice gets its own copy). The generation ends where the grammar does, `ignore_eos` or not.
     pub constraint: Option<Box<dyn model::sampler::TokenConstraint>>,
+    /// An embedding, not a generation: the prompt runs (as any prefill, batched with the rest)
+    /// and the request ends with one [`TokenEvent::Embedding`], the last token's final hidden
+    /// state, L2-normalised; `max_tokens` is ignored and nothing is sampled.
+    pub embed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +152,8 @@ pub enum TokenEvent {
     Admitted {
         cached_tokens: usize,
     },
+    /// An embedding request's vector (then `Finished`).
+    Embedding(Vec<f32>),
     Finished {
         reason: FinishReason,
         prompt_tokens: usize,

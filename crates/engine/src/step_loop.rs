@@ -149,12 +149,14 @@ impl Engine {
         let started = Instant::now();
         let plan = self.plan();
         let planned = Instant::now();
+        let active = &self.active;
+        let embeds = |id: SeqId| active.get(&id).is_some_and(|a| a.request.embed);
         let forward = forward(
             self.target.as_mut(),
             &mut self.tiers,
             &self.scheduler,
             self.speculator.as_ref(),
-            &plan,
+            (&plan, &embeds),
         );
         let ran = Instant::now();
         self.update(&plan, forward);

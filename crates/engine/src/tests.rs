@@ -137,8 +137,19 @@ impl Target for FakeTarget {
             let rows = match s.logits {
                 LogitsFor::All => 0..s.tokens.len(),
                 LogitsFor::Last => s.tokens.len() - 1..s.tokens.len(),
-                LogitsFor::None => 0..0,
+                LogitsFor::None | LogitsFor::Hidden => 0..0,
             };
+            // The fake's hidden state: the last token and its position.
+            let hidden = (s.logits == LogitsFor::Hidden).then(|| {
+                let last = s.tokens.len() - 1;
+                let at = logits.hidden.len() / 2;
+                logits
+                    .hidden
+                    .extend([s.tokens[last] as f32, (s.start_pos + last) as f32]);
+                at
+            });
+            logits.hidden_rows.push(hidden);
+            logits.hidden_width = 2;
             let first = logits.data.len() / VOCAB;
             for k in rows {
                 let mut row = vec![0.0; VOCAB];
@@ -331,6 +342,7 @@ fn request(prompt: &[u32], max_tokens: usize) -> GenerateRequest {
         logprobs: None,
         scripted: Vec::new(),
         constraint: None,
+        embed: false,
     }
 }
 
@@ -351,6 +363,7 @@ struct Outcome {
     usage: Option<(usize, usize)>,
     accept_length: Option<f32>,
     failed: Option<RequestFailure>,
+    embedding: Option<Vec<f32>>,
 }
 
 /// The events received so far (checking that `Admitted` comes once, before any token).
@@ -380,6 +393,10 @@ fn outcome(rx: &mut UnboundedReceiver<TokenEvent>) -> Outcome {
                 o.accept_length = spec_accept_length;
             }
             TokenEvent::Failed(f) => o.failed = Some(f),
+            TokenEvent::Embedding(v) => {
+                assert!(o.embedding.is_none() && o.tokens.is_empty(), "{o:?}");
+                o.embedding = Some(v);
+            }
             TokenEvent::Admitted { cached_tokens } => {
                 assert!(o.cached.is_none() && o.tokens.is_empty(), "{o:?}");
                 o.cached = Some(cached_tokens);
@@ -413,6 +430,45 @@ fn branching(a: u32) -> Vec<u32> {
     }
     p.extend([55, a]);
     p
+}
+
+#[test]
+fn an_embedding_is_the_last_tokens_hidden_state_batched_with_generations_and_cached_alike() {
+    let mut h = Harness::new(Setup {
+        prefix_cache: true,
+        ..Setup::default()
+    });
+    let long: Vec<u32> = (1..=40).collect();
+    let embed = |prompt: &[u32]| GenerateRequest {
+        embed: true,
+        ..request(prompt, 1)
+    };
+    let mut generating = h.submit(request(&[3, 4, 5], 6));
+    let mut first = h.submit(embed(&long));
+    h.run();
+    // The same prompt again: its prefix comes from the cache, and the vector is the same.
+    let mut again = h.submit(embed(&long));
+    h.run();
+    let (g, a, b) = (
+        outcome(&mut generating),
+        outcome(&mut first),
+        outcome(&mut again),
+    );
+    assert_eq!(g.tokens, reference(&[3, 4, 5], 6, &[]));
+    // The fake's hidden state is (last token, its position), normalised.
+    let n = (40f64 * 40.0 + 39.0 * 39.0).sqrt();
+    let want = vec![(40.0 / n) as f32, (39.0 / n) as f32];
+    assert_eq!(a.embedding.as_ref(), Some(&want), "{a:?}");
+    assert_eq!(b.embedding, a.embedding, "{b:?}");
+    assert!(
+        b.cached.unwrap() > 0,
+        "the prefix cache was not used: {b:?}"
+    );
+    for o in [&a, &b] {
+        assert!(o.tokens.is_empty());
+        assert_eq!(o.usage, Some((40, 0)));
+        assert_eq!(o.finish, Some(FinishReason::Stop));
+    }
 }
 
 #[test]

@@ -57,6 +57,7 @@ impl Engine {
         self.stats.add_step();
         let mut premasked = self.premask(plan, &lost, &logits);
         let mut rows = Vec::new();
+        let mut embedded = Vec::new();
         // Entry `j` of the batch is row `i` of the logits (lost entries did not run).
         let mut i = 0;
         for (j, b) in plan.batch.iter().enumerate() {
@@ -70,6 +71,10 @@ impl Engine {
                 }
             }
             if b.logits
+                && let Some(hidden) = logits.hidden(i)
+            {
+                embedded.push((b.id, normalised(hidden)));
+            } else if b.logits
                 && let Some(row) =
                     self.sample(plan, (j, i), &logits, premasked.remove(&b.id), &mut outcome)
             {
@@ -81,6 +86,27 @@ impl Engine {
         for row in rows {
             self.deliver(row);
         }
+        for (id, vector) in embedded {
+            self.deliver_embedding(id, vector);
+        }
+    }
+
+    /// Ends an embedding request with its vector.
+    fn deliver_embedding(&mut self, id: SeqId, vector: Vec<f32>) {
+        let Some(a) = self.active.get(&id) else {
+            return;
+        };
+        let events = a.events.clone();
+        let prompt_tokens = a.request.prompt.len();
+        self.end(id);
+        self.stats.add_finished();
+        let _ = events.send(TokenEvent::Embedding(vector));
+        let _ = events.send(TokenEvent::Finished {
+            reason: FinishReason::Stop,
+            prompt_tokens,
+            completion_tokens: 0,
+            spec_accept_length: None,
+        });
     }
 
     /// Tells the scheduler what happened; sequences it sends back lose their draft KV.
@@ -255,6 +281,20 @@ impl Engine {
         self.stats.add_finished();
         let _ = events.send(finished);
     }
+}
+
+/// `v` scaled to unit length (a zero vector stays zero), summed in f64 so the length does not
+/// depend on the order of additions' rounding more than f32 would allow.
+fn normalised(v: &[f32]) -> Vec<f32> {
+    let norm = v
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    if norm == 0.0 {
+        return v.to_vec();
+    }
+    v.iter().map(|&x| (f64::from(x) / norm) as f32).collect()
 }
 
 /// Whether `token` ends the request's generation.

@@ -94,6 +94,9 @@ pub enum LogitsFor {
     All,
     /// None: a prompt chunk that does not end the prompt.
     None,
+    /// No logits: the last new token's final hidden state (after the output norm), for an
+    /// embedding ([`Logits::hidden`]).
+    Hidden,
 }
 
 /// A draft tree (speculative decoding with several candidates per step). Node `n` is stored in
@@ -148,6 +151,11 @@ pub struct Logits {
     pub feature_ranges: Vec<std::ops::Range<usize>>,
     /// Values a captured row (the model's width for each capture layer).
     pub feature_width: usize,
+    /// The final hidden states of the sequences that asked for them ([`LogitsFor::Hidden`]),
+    /// `hidden_width` values each, in batch order; `hidden_rows[i]` is sequence i's row.
+    pub hidden: Vec<f32>,
+    pub hidden_rows: Vec<Option<usize>>,
+    pub hidden_width: usize,
 }
 
 impl Logits {
@@ -161,6 +169,13 @@ impl Logits {
     pub fn last(&self, seq: usize) -> &[f32] {
         let r = &self.ranges[seq];
         self.row(seq, r.len() - 1)
+    }
+
+    /// Sequence `seq`'s final hidden state, if it asked for it ([`LogitsFor::Hidden`]).
+    pub fn hidden(&self, seq: usize) -> Option<&[f32]> {
+        let w = self.hidden_width;
+        let r = (*self.hidden_rows.get(seq)?)?;
+        Some(&self.hidden[r * w..(r + 1) * w])
     }
 
     /// Sequence `seq`'s captured streams, row after row (empty when it did not capture).
@@ -394,15 +409,26 @@ impl Runner {
         // Logits only for the rows that want them.
         let mut wanted = Vec::new();
         let mut ranges = Vec::with_capacity(seqs.len());
+        let (mut hidden, mut hidden_rows) = (Vec::new(), Vec::with_capacity(seqs.len()));
         let mut row = 0;
         for s in seqs {
             let first = wanted.len();
             let n = s.tokens.len();
+            let mut hidden_row = None;
             match s.logits {
                 LogitsFor::Last => wanted.push(row + n - 1),
                 LogitsFor::All => wanted.extend(row..row + n),
                 LogitsFor::None => {}
+                LogitsFor::Hidden => {
+                    let at = row + n - 1;
+                    let mut out = vec![0.0f32; hd];
+                    let input = &h[at * hd..(at + 1) * hd];
+                    rms_norm(input, &model.weights.output_norm, cfg.norm_eps, &mut out);
+                    hidden_row = Some(hidden.len() / hd);
+                    hidden.extend(out);
+                }
             }
+            hidden_rows.push(hidden_row);
             ranges.push(first..wanted.len());
             row += n;
         }
@@ -432,6 +458,9 @@ impl Runner {
             features: captured.data,
             feature_ranges: captured.ranges,
             feature_width: captured.layers.len() * hd,
+            hidden,
+            hidden_rows,
+            hidden_width: hd,
         })
     }
 }

@@ -1,12 +1,13 @@
 //! OpenAI wire types, shared by the server, the benchmark client and the mock server: the
-//! generating routes' typed requests (`request`), Anthropic's Messages API (`anthropic`), the
-//! Responses API's request (`responses_api`), and chat messages, responses and stream chunks,
-//! usage, models and the error body.
+//! generating routes' typed requests (`request`), Anthropic's Messages API (`anthropic`),
+//! embeddings (`embeddings`), the Responses API's request (`responses_api`), and chat messages,
+//! responses and stream chunks, usage, models and the error body.
 //!
 //! Only serde types live here (no I/O). Clients write requests as JSON, their messages as
 //! [`ChatMessage`], which keeps its other fields (`tool_calls`, `name`, ...) in `extra`.
 
 pub mod anthropic;
+pub mod embeddings;
 pub mod request;
 pub mod responses_api;
 

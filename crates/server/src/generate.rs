@@ -183,6 +183,7 @@ impl Generation {
                     logprobs: params.logprobs,
                     scripted: scripted.clone(),
                     constraint: params.constraint.clone(),
+                    embed: false,
                 };
                 let stream = engine.submit(request).map_err(|e| {
                     if matches!(e, engine::SubmitError::Overloaded(_)) {
@@ -279,6 +280,8 @@ impl Generation {
             TokenEvent::Admitted { cached_tokens } => {
                 self.choices[index].cached_tokens = Some(cached_tokens);
             }
+            // Only embedding requests (`/v1/embeddings`) get one.
+            TokenEvent::Embedding(_) => {}
             TokenEvent::Token {
                 id,
                 is_stop,

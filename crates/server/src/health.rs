@@ -40,6 +40,7 @@ pub async fn probe(engine: &engine::EngineHandle, timeout: Duration) -> Result<(
         logprobs: None,
         scripted: Vec::new(),
         constraint: None,
+        embed: false,
     };
     let mut stream = engine.submit(request).map_err(|e| e.to_string())?;
     let wait = async {
@@ -47,7 +48,9 @@ pub async fn probe(engine: &engine::EngineHandle, timeout: Duration) -> Result<(
             match event {
                 engine::TokenEvent::Finished { .. } => return Ok(()),
                 engine::TokenEvent::Failed(m) => return Err(m.to_string()),
-                engine::TokenEvent::Token { .. } | engine::TokenEvent::Admitted { .. } => {}
+                engine::TokenEvent::Token { .. }
+                | engine::TokenEvent::Admitted { .. }
+                | engine::TokenEvent::Embedding(_) => {}
             }
         }
         Err("the engine stopped".to_string())

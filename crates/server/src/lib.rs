@@ -9,6 +9,7 @@
 pub mod budget;
 mod chat;
 mod completions;
+mod embeddings;
 pub mod error;
 mod fields;
 #[cfg(test)]
@@ -70,6 +71,8 @@ pub struct Loaded {
     /// The most bytes of text one token stands for: a prompt of more bytes than the context
     /// holds tokens × this cannot fit, and is refused before it is tokenized.
     pub max_token_bytes: usize,
+    /// The model's width: an embedding's values (0 where the loader does not say).
+    pub hidden_size: usize,
 }
 
 impl Loaded {
@@ -99,6 +102,7 @@ impl Loaded {
             template,
             grammars,
             max_token_bytes,
+            hidden_size: 0,
         }
     }
 }

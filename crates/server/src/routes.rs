@@ -1,6 +1,7 @@
 //! The route table: `/v1/chat/completions` (`chat.rs`), `/v1/completions` (`completions.rs`),
 //! Anthropic's `/v1/messages` and `/v1/messages/count_tokens` (`messages.rs`), the Responses
-//! API's `/v1/responses` and `/v1/responses/{id}` (`responses_api/`),
+//! API's `/v1/responses` and `/v1/responses/{id}` (`responses_api/`), `/v1/embeddings`
+//! (`embeddings.rs`),
 //! `/v1/models` and `/v1/models/{id}`, `/tokenize` and `/detokenize` (`tokenize.rs`, also under
 //! `/v1/`), `/flush_cache`, `/health` and `/health_generate` (`health.rs`), `/server_info`
 //! and `/metrics` (`info.rs`); `/v1/*` behind the API key when there is one, and everything else
@@ -9,6 +10,7 @@
 use crate::budget;
 use crate::chat::chat;
 use crate::completions::completions;
+use crate::embeddings::embeddings;
 use crate::error::ApiError;
 use crate::health::{health, health_generate};
 use crate::info::{metrics, server_info};
@@ -36,6 +38,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/messages", post(messages))
         .route("/v1/responses", post(responses_api::create))
+        .route("/v1/embeddings", post(embeddings))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             budget::reserve_memory,

@@ -75,8 +75,11 @@ pub(super) fn load(path: &std::path::Path, s: &ServeConfig) -> anyhow::Result<Lo
     }
     let draft = load_draft(&model, s)?;
     let eog = tokenizer.eog_ids().to_vec();
+    let hidden_size = model.config.hidden;
     let engine = engine::start(model, draft, config, eog).context("cannot start the engine")?;
-    Ok(Loaded::new(engine, tokenizer, template, s.grammar_config()))
+    let mut loaded = Loaded::new(engine, tokenizer, template, s.grammar_config());
+    loaded.hidden_size = hidden_size;
+    Ok(loaded)
 }
 
 /// The draft model (STANDALONE) or EAGLE-3 head (EAGLE3) `--speculative-draft-model-path`

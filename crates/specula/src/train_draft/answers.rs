@@ -149,6 +149,7 @@ pub async fn generate(
             logprobs: None,
             scripted: Vec::new(),
             constraint: None,
+            embed: false,
         };
         let mut stream = handle.submit(request)?;
         tasks.spawn(async move {
@@ -158,7 +159,7 @@ pub async fn generate(
                     TokenEvent::Token { id, .. } => answer.push(id),
                     TokenEvent::Finished { .. } => break,
                     TokenEvent::Failed(f) => bail!("a generation failed: {f}"),
-                    TokenEvent::Admitted { .. } => {}
+                    TokenEvent::Admitted { .. } | TokenEvent::Embedding(_) => {}
                 }
             }
             anyhow::Ok(Sample { prompt, answer })
