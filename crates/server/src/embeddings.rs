@@ -1,13 +1,13 @@
 //! `POST /v1/embeddings`: each input's embedding from the served model, the last token's final
 //! hidden state (after the output norm), L2-normalised: the pooling decoder embedding models use.
 //! Each input runs in the engine as a prefill of its own, batched with whatever else runs (and
-//! using the prefix cache); `dimensions` keeps the leading values and normalises again;
+//! using the prefix cache), at most 16 of one request at a time; `dimensions` keeps the leading values and normalises again;
 //! `encoding_format: base64` sends the little-endian f32 bytes. A client that goes away drops
 //! the requests, which ends them in the engine.
 
 use crate::Shared;
 use crate::error::ApiError;
-use crate::request::{blocking, check_model, read_body};
+use crate::request::{blocking, check_batch, check_model, read_body};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -20,8 +20,9 @@ use protocol::embeddings::{
 };
 use serde_json::Value;
 
-/// The most inputs one request embeds (OpenAI's limit).
-pub const MAX_EMBEDDING_INPUTS: usize = 2048;
+/// Inputs of one request in the engine at a time: a request of many inputs takes a share of
+/// the queue, not all of it.
+const IN_FLIGHT: usize = 16;
 /// How the hidden states are pooled.
 pub const POOLING: &str = "last";
 
@@ -58,13 +59,18 @@ pub(crate) async fn embeddings(
         .input
         .ok_or_else(|| ApiError::invalid("input", "`input` is required"))?;
     let prompts = prompts(&state, input).await?;
-    let mut streams = Vec::with_capacity(prompts.len());
-    for prompt in &prompts {
-        streams.push(submit(&state, prompt.clone())?);
+    let mut vectors = Vec::with_capacity(prompts.len());
+    for window in prompts.chunks(IN_FLIGHT) {
+        let streams = window
+            .iter()
+            .map(|p| submit(&state, p.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        for stream in streams {
+            vectors.push(truncated(wait(stream).await?, dimensions));
+        }
     }
-    let mut data = Vec::with_capacity(streams.len());
-    for (index, stream) in streams.into_iter().enumerate() {
-        let vector = truncated(wait(stream).await?, dimensions);
+    let mut data = Vec::with_capacity(vectors.len());
+    for (index, vector) in vectors.into_iter().enumerate() {
         data.push(Embedding {
             object: "embedding".into(),
             index,
@@ -95,12 +101,7 @@ async fn prompts(state: &Shared, input: EmbeddingInput) -> Result<Vec<Vec<u32>>,
         EmbeddingInput::Texts(t) => t.len(),
         EmbeddingInput::Tokens(t) => t.len(),
     };
-    if count == 0 || count > MAX_EMBEDDING_INPUTS {
-        return Err(ApiError::invalid(
-            "input",
-            format!("`input` must hold 1 to {MAX_EMBEDDING_INPUTS} inputs, not {count}"),
-        ));
-    }
+    check_batch(count, "input")?;
     let vocab = state.model().tokenizer.vocab_size() as u32;
     match input {
         EmbeddingInput::Tokens(lists) => {

@@ -161,6 +161,21 @@ pub(crate) fn check_prompt_bytes(
     Ok(())
 }
 
+/// The most inputs one request may hold in a batch (`/tokenize`'s prompts, `/detokenize`'s
+/// lists, `/v1/embeddings`' inputs: OpenAI's limit for embeddings).
+pub(crate) const MAX_BATCH_INPUTS: usize = 2048;
+
+/// A batch of `count` inputs (in `param`) must hold 1 to [`MAX_BATCH_INPUTS`].
+pub(crate) fn check_batch(count: usize, param: &str) -> Result<(), ApiError> {
+    if count == 0 || count > MAX_BATCH_INPUTS {
+        return Err(ApiError::invalid(
+            param,
+            format!("`{param}` must hold 1 to {MAX_BATCH_INPUTS} inputs, not {count}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A prompt that leaves no room for even one token is refused before anything is queued.
 pub(crate) fn check_length(
     state: &AppState,

@@ -6,7 +6,7 @@
 use crate::Shared;
 use crate::error::ApiError;
 use crate::fields::check_template_kwargs;
-use crate::request::{blocking, check_model, read_body};
+use crate::request::{blocking, check_batch, check_model, check_prompt_bytes, read_body};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -40,9 +40,8 @@ pub(crate) async fn tokenize(
         objects: request.with_pieces.unwrap_or(false),
         strings: request.return_token_strs.unwrap_or(false),
     };
-    let state2 = state.clone();
     blocking(move || {
-        let model = state2.model();
+        let model = state.model();
         let tok = &model.tokenizer;
         let encode = |text: &str, param: &str| {
             tok.encode(text, add_special, parse_special)
@@ -51,9 +50,14 @@ pub(crate) async fn tokenize(
         let (texts, batch) = match source {
             Source::Content => (vec![request.content.unwrap_or_default()], false),
             Source::Prompt => prompt_texts(request.prompt.map(|p| p.0).unwrap_or_default())?,
-            Source::Messages => (vec![render(&state2, &request)?], false),
+            Source::Messages => (vec![render(&state, &request)?], false),
         };
         let param = source.param();
+        check_batch(texts.len(), param)?;
+        // A text no context can hold is not tokenized (nor its pieces written out).
+        for t in &texts {
+            check_prompt_bytes(&state, t.len(), param)?;
+        }
         let answers = texts
             .iter()
             .map(|t| Ok((encode(t, param)?, t.chars().count())))
@@ -212,7 +216,7 @@ pub(crate) async fn detokenize(
         .tokens
         .ok_or_else(|| ApiError::invalid("tokens", "`tokens` is required"))?;
     let skip = request.skip_special_tokens.unwrap_or(false);
-    let state = state.clone();
+    check_batch(tokens.lists.len(), "tokens")?;
     blocking(move || {
         let tok = &state.model().tokenizer;
         let vocab = tok.vocab_size();

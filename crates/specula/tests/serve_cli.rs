@@ -129,6 +129,29 @@ async fn models_retrieve_tokenize_and_detokenize_answer_in_the_peers_shapes() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["param"], "model", "{body}");
 
+    // Hostile sizes: a batch past the cap, a text no context could hold; 400s naming the field.
+    let many = vec!["a"; 2049];
+    for (body, param) in [
+        (json!({"prompt": many}), "prompt"),
+        (
+            json!({"content": "word ".repeat(2_000_000), "with_pieces": true}),
+            "content",
+        ),
+        (json!({"tokens": vec![vec![1]; 2049]}), "tokens"),
+    ] {
+        let route = if param == "tokens" {
+            "/detokenize"
+        } else {
+            "/tokenize"
+        };
+        let (status, e) = post(&s.url(route), body).await;
+        assert_eq!(
+            (status, e["error"]["param"].as_str()),
+            (400, Some(param)),
+            "{e}"
+        );
+    }
+
     // llama-server's shape: `content`, no BOS added, `with_pieces`; then back to the text.
     let text = "Hello world, héllo wörld!";
     let (status, plain) = post(&s.url("/tokenize"), json!({"content": text})).await;
