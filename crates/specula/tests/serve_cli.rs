@@ -481,6 +481,43 @@ async fn bad_requests_get_openai_errors_with_the_right_status() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
+    // The new routes under hostile input: a prompt no context holds, JSON nested past serde's
+    // limit, a batch past the cap; each a 400 naming the field, never a crash.
+    let huge = "word ".repeat(2_000_000);
+    let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+    let inputs = vec!["a"; 2049];
+    for (route, body, param) in [
+        ("/v1/responses", json!({"input": huge}), Some("messages")),
+        ("/v1/embeddings", json!({"input": huge}), Some("input")),
+        ("/v1/embeddings", json!({"input": inputs}), Some("input")),
+    ] {
+        let r = auth(client().post(s.url(route)))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{route}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"].as_str(), param, "{route}: {v}");
+    }
+    for route in ["/v1/responses", "/v1/messages", "/v1/embeddings"] {
+        let body = format!("{{\"input\": {deep}, \"messages\": {deep}}}");
+        let r = auth(client().post(s.url(route)))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{route}");
+    }
+    let r = auth(client().post(s.url("/v1/messages")))
+        .json(&json!({"max_tokens": 8, "messages": [{"role": "user", "content": huge}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     // Anthropic's clients send the key as `x-api-key`, and get Anthropic's error shapes.
     let count = s.url("/v1/messages/count_tokens");
     let body = json!({"messages": [{"role": "user", "content": "hi"}]});
